@@ -1,0 +1,173 @@
+"""Typed configuration: nested dataclasses <- YAML file <- `key=value` overrides (lingua's args.py style).
+
+    cfg = load_config(TrainConfig, "configs/train/tiny_mlm.yaml", ["model.preset=mini", "optim.lr=3e-4"])
+
+Values in overrides are parsed as YAML scalars (`3e-4`, `true`, `null`, `[100, 200]`). Unknown keys are
+errors that list the valid ones, so a typo never silently trains the wrong model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _nested_dataclass(tp: Any) -> type | None:
+    if dataclasses.is_dataclass(tp):
+        return tp
+    return None
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check / convert a parsed YAML value against a field annotation (int -> float is allowed)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if tp is Any:
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return from_dict(tp, value, where)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML 1.1 reads "3e-4" (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if tp in (int, float, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict, where: str = "") -> T:
+    types_ = _field_types(cls)
+    unknown = set(data) - set(types_)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(prefix + k for k in sorted(unknown))}; "
+            f"valid keys{' under ' + where if where else ''}: {', '.join(sorted(types_))}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(value, types_[name], f"{where}.{name}" if where else name)
+    try:
+        obj = cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where or cls.__name__}: {e}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> dict:
+    return dataclasses.asdict(obj)
+
+
+def _set_dotted(data: dict, key: str, value: Any, cls: type) -> None:
+    parts = key.split(".")
+    node, node_cls = data, cls
+    for i, part in enumerate(parts):
+        types_ = _field_types(node_cls)
+        if part not in types_:
+            where = ".".join(parts[:i]) or "top level"
+            raise ConfigError(f"unknown config key {key!r}: no field {part!r} at {where}; valid: {', '.join(sorted(types_))}")
+        if i == len(parts) - 1:
+            node[part] = value
+            return
+        sub_cls = _nested_dataclass(types_[part])
+        if sub_cls is None:
+            raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])} is not a section")
+        node = node.setdefault(part, {})
+        node_cls = sub_cls
+
+
+def parse_overrides(overrides: list[str], cls: type) -> dict:
+    data: dict = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value (e.g. model.preset=mini)")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None, cls)
+    return data
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at top level, got {type(data).__name__}")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    data = read_yaml(path) if path else {}
+    data = deep_merge(data, parse_overrides(overrides or [], cls))
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path or 'config'}: {e}") from None
+
+
+def dump_yaml(obj: Any) -> str:
+    return yaml.safe_dump(to_dict(obj) if dataclasses.is_dataclass(obj) else obj, sort_keys=False)
+
+
+def diff_dicts(a: dict, b: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Keys (dotted) whose values differ between two nested dicts."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        key = f"{prefix}{k}"
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out.extend(diff_dicts(va, vb, key + "."))
+        elif va != vb:
+            out.append((key, va, vb))
+    return out

@@ -1,0 +1,250 @@
+"""Model configuration, named size presets, and parameter / FLOP accounting.
+
+One config class serves both objectives so that a flat-MLM and a CrossBERT checkpoint of the same
+preset share every encoder hyper-parameter; `objective` says which pre-training model wrote it.
+Parameter counts and FLOPs are computed from the config, never typed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PretrainedConfig
+
+OBJECTIVES = ("mlm", "crossbert")
+
+
+class CrossBertConfig(PretrainedConfig):
+    """Encoder shape + pre-training objective. Saved as `config.json` with every checkpoint."""
+
+    model_type = "crossbert"
+
+    def __init__(
+        self,
+        vocab_size: int = 8192,
+        hidden_size: int = 128,
+        num_hidden_layers: int = 2,
+        num_attention_heads: int = 2,
+        intermediate_size: int | None = None,
+        mlp_type: str = "gelu",  # "gelu" | "swiglu"
+        norm_type: str = "layernorm",  # "layernorm" | "rmsnorm"
+        norm_eps: float = 1e-6,
+        max_position_embeddings: int = 8192,
+        rope_theta: float = 10000.0,
+        initializer_range: float = 0.02,
+        objective: str = "mlm",
+        mask_ratio: float | None = None,
+        # Flat MLM corruption of the selected positions (BERT: 80% [MASK], 10% random, 10% kept).
+        mlm_mask_prob: float = 0.8,
+        mlm_random_prob: float = 0.1,
+        # CrossBERT predictor.
+        predictor_layers: int = 1,
+        predictor_hidden_size: int | None = None,
+        predictor_heads: int | None = None,
+        predictor_intermediate_size: int | None = None,
+        complementary_masking: bool = True,
+        pad_token_id: int = 0,
+        mask_token_id: int = 4,
+        cls_token_id: int = 2,
+        sep_token_id: int = 3,
+        num_special_tokens: int = 5,
+        **kwargs,
+    ):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"config field 'objective': expected one of {OBJECTIVES}, got {objective!r}")
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
+            )
+        if mlp_type not in ("gelu", "swiglu"):
+            raise ValueError(f"config field 'mlp_type': expected 'gelu' or 'swiglu', got {mlp_type!r}")
+        if norm_type not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"config field 'norm_type': expected 'layernorm' or 'rmsnorm', got {norm_type!r}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size or 4 * hidden_size
+        self.mlp_type = mlp_type
+        self.norm_type = norm_type
+        self.norm_eps = norm_eps
+        self.max_position_embeddings = max_position_embeddings
+        self.rope_theta = rope_theta
+        self.initializer_range = initializer_range
+        self.objective = objective
+        # Defaults follow DESIGN.md: 15% for BERT, 50% for CrossBERT.
+        self.mask_ratio = mask_ratio if mask_ratio is not None else (0.15 if objective == "mlm" else 0.5)
+        if not 0.0 < self.mask_ratio < 1.0:
+            raise ValueError(f"config field 'mask_ratio': expected a value in (0, 1), got {self.mask_ratio}")
+        self.mlm_mask_prob = mlm_mask_prob
+        self.mlm_random_prob = mlm_random_prob
+        self.predictor_layers = predictor_layers
+        self.predictor_hidden_size = predictor_hidden_size or hidden_size
+        self.predictor_heads = predictor_heads or max(1, self.predictor_hidden_size // (hidden_size // num_attention_heads))
+        if self.predictor_hidden_size % self.predictor_heads:
+            raise ValueError(
+                f"config field 'predictor_hidden_size' ({self.predictor_hidden_size}) must be divisible by "
+                f"'predictor_heads' ({self.predictor_heads})"
+            )
+        self.predictor_intermediate_size = predictor_intermediate_size or 4 * self.predictor_hidden_size
+        self.complementary_masking = complementary_masking
+        self.mask_token_id = mask_token_id
+        self.num_special_tokens = num_special_tokens
+        super().__init__(pad_token_id=pad_token_id, cls_token_id=cls_token_id, sep_token_id=sep_token_id, **kwargs)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_views(self) -> int:
+        """K of the Complementary Masking Strategy: views per sequence (1 when CMS is off)."""
+        return cms_num_views(self.mask_ratio) if (self.objective == "crossbert" and self.complementary_masking) else 1
+
+
+def cms_num_views(mask_ratio: float) -> int:
+    """K = round(1 / (1 - r)) disjoint visible groups per sequence (DESIGN.md, CMS)."""
+    return max(1, round(1.0 / (1.0 - mask_ratio)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Named size presets. Shapes follow the BERT family (Turc et al. 2019 "Well-Read Students" for the
+# small ones, Devlin et al. 2019 for base/large): hidden = 64 * heads, intermediate = 4 * hidden.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizePreset:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    predictor_hidden_size: int
+    device_hint: str
+
+    def as_config_kwargs(self) -> dict:
+        return {
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "predictor_hidden_size": self.predictor_hidden_size,
+        }
+
+
+PRESETS: dict[str, SizePreset] = {
+    "nano": SizePreset(64, 2, 1, 64, "cpu, seconds"),
+    "tiny": SizePreset(128, 2, 2, 128, "cpu, minutes"),
+    "mini": SizePreset(256, 4, 4, 128, "cpu, tens of minutes"),
+    "small": SizePreset(512, 4, 8, 256, "cpu, hours / gpu, minutes"),
+    "medium": SizePreset(512, 8, 8, 256, "gpu"),
+    "base": SizePreset(768, 12, 12, 384, "gpu (BERT-base shape)"),
+    "large": SizePreset(1024, 24, 16, 512, "gpu, FSDP (BERT-large shape)"),
+}
+
+
+def config_from_preset(preset: str, **overrides) -> CrossBertConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown size preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    kwargs = PRESETS[preset].as_config_kwargs()
+    kwargs.update({k: v for k, v in overrides.items() if v is not None})
+    return CrossBertConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter and FLOP accounting (matmul FLOPs; 1 multiply-add = 2 FLOPs; training = 3x forward,
+# the convention of Kaplan et al. 2020 and the PaLM MFU definition).
+# --------------------------------------------------------------------------------------------------
+
+
+def _mlp_params(d: int, ff: int, mlp_type: str) -> int:
+    return (3 if mlp_type == "swiglu" else 2) * d * ff
+
+
+def _norm_params(d: int, norm_type: str) -> int:
+    return 2 * d if norm_type == "layernorm" else d
+
+
+def encoder_block_params(c: CrossBertConfig) -> int:
+    d = c.hidden_size
+    attn = 4 * d * d
+    return attn + _mlp_params(d, c.intermediate_size, c.mlp_type) + 2 * _norm_params(d, c.norm_type)
+
+
+def predictor_block_params(c: CrossBertConfig) -> int:
+    d, p = c.hidden_size, c.predictor_hidden_size
+    attn = 2 * p * p + 2 * d * p  # q, out on predictor width; k, v read the encoder width
+    return attn + _mlp_params(p, c.predictor_intermediate_size, c.mlp_type) + 2 * _norm_params(p, c.norm_type)
+
+
+def parameter_counts(c: CrossBertConfig) -> dict[str, int]:
+    """Parameters by part. `encoder_non_embedding` is the size axis of the scaling plots."""
+    d = c.hidden_size
+    embedding = c.vocab_size * d
+    encoder_blocks = c.num_hidden_layers * encoder_block_params(c) + _norm_params(d, c.norm_type)
+    if c.objective == "mlm":
+        head = d * d + d + _norm_params(d, c.norm_type) + c.vocab_size  # dense + norm + decoder bias (tied)
+    else:
+        p = c.predictor_hidden_size
+        head = p + c.predictor_layers * predictor_block_params(c) + _norm_params(p, c.norm_type) + c.vocab_size
+        if p != d:
+            head += p * d
+    return {
+        "embedding": embedding,
+        "encoder_non_embedding": encoder_blocks,
+        "encoder": embedding + encoder_blocks,
+        "pretraining_head": head,
+        "total": embedding + encoder_blocks + head,
+    }
+
+
+def _encoder_forward_flops(c: CrossBertConfig, tokens: float, context: float) -> float:
+    """Forward matmul FLOPs of the encoder for `tokens` tokens each attending to `context` keys."""
+    d = c.hidden_size
+    per_token_layer = 2 * encoder_block_params(c) + 2 * 2 * context * d  # weights + (QK^T, AV)
+    return tokens * c.num_hidden_layers * per_token_layer
+
+
+def training_flops_per_token(c: CrossBertConfig, seq_len: int) -> float:
+    """Training FLOPs (3x forward) per corpus token at sequence length `seq_len`.
+
+    Flat MLM: encoder on every token, head + vocabulary logits on the `mask_ratio` selected tokens.
+    CrossBERT: per view, the encoder runs on the (1-r) visible tokens (attention context = visible
+    count) and the predictor on the r masked queries; CMS runs K views per sequence.
+    """
+    d, v, r = c.hidden_size, c.vocab_size, c.mask_ratio
+    if c.objective == "mlm":
+        enc = _encoder_forward_flops(c, 1.0, seq_len)
+        head = r * (2 * d * d + 2 * d * v)
+        return 3.0 * (enc + head)
+    k = c.num_views
+    visible_frac = 1.0 / k if k > 1 else 1.0 - r
+    masked_frac = 1.0 - visible_frac
+    context = visible_frac * seq_len
+    p = c.predictor_hidden_size
+    enc = k * _encoder_forward_flops(c, visible_frac, context)
+    kv = k * visible_frac * c.predictor_layers * 2 * (2 * d * p)
+    per_query = c.predictor_layers * (2 * (2 * p * p + _mlp_params(p, c.predictor_intermediate_size, c.mlp_type)) + 2 * 2 * context * p)
+    per_query += 2 * (p * d if p != d else 0) + 2 * d * v
+    pred = k * masked_frac * per_query + kv
+    return 3.0 * (enc + pred)
+
+
+def describe(c: CrossBertConfig, seq_len: int) -> dict:
+    counts = parameter_counts(c)
+    return {
+        "objective": c.objective,
+        "hidden_size": c.hidden_size,
+        "layers": c.num_hidden_layers,
+        "heads": c.num_attention_heads,
+        "mask_ratio": c.mask_ratio,
+        "views": c.num_views,
+        **{f"params_{k}": v for k, v in counts.items()},
+        "train_flops_per_token": training_flops_per_token(c, seq_len),
+    }
+
+
+def format_count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{1 if n / scale < 100 else 0}f}{unit}"
+    return str(int(n)) if float(n).is_integer() else f"{n:.3g}"
+

@@ -1,0 +1,136 @@
+"""Masking as pure functions of (tokens, padding mask, random generator).
+
+Masks are drawn outside the models, from a generator seeded by (run seed, step), for the whole global
+batch. That makes a training step a deterministic function of the step number, so resuming and
+multi-process training reproduce the same masks (see `crossbert_model.train`).
+
+Two families:
+* `mlm_masking`: BERT's corruption for the flat MLM (select `ratio` of the real tokens; of those
+  80% -> [MASK], 10% -> random token, 10% kept).
+* `complementary_views` / `random_views`: CrossBERT visibility masks, shape (B, K, T). A view is
+  what the encoder sees; everything real and not visible in a view is a prediction query of it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import cms_num_views
+
+
+def _random_ranks(attention_mask: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """A uniformly random order of each row's real tokens: rank 0..n-1 on real tokens, >= n on padding."""
+    noise = torch.rand(attention_mask.shape, generator=generator, device=attention_mask.device)
+    noise = noise.masked_fill(~attention_mask.bool(), 2.0)  # padding sorts last
+    order = noise.argsort(dim=1)
+    return order.argsort(dim=1)
+
+
+def mlm_masking(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    mask_ratio: float,
+    mask_token_id: int,
+    vocab_size: int,
+    num_special_tokens: int,
+    generator: torch.Generator | None = None,
+    mask_prob: float = 0.8,
+    random_prob: float = 0.1,
+) -> dict[str, torch.Tensor]:
+    """BERT corruption. Exactly round(ratio * n) of each row's n real tokens are selected (at least 1),
+    so the number of predicted tokens per sequence does not fluctuate.
+
+    Returns `input_ids` (corrupted) and `labels` (original id at selected positions, -100 elsewhere).
+    """
+    real = attention_mask.bool()
+    n_real = real.sum(dim=1, keepdim=True)
+    n_select = torch.clamp(torch.round(n_real * mask_ratio), min=1).to(n_real.dtype)
+    selected = (_random_ranks(real, generator) < n_select) & real
+
+    action = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    to_mask = selected & (action < mask_prob)
+    to_random = selected & (action >= mask_prob) & (action < mask_prob + random_prob)
+    random_ids = torch.randint(num_special_tokens, vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
+
+    corrupted = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
+    corrupted = torch.where(to_random, random_ids, corrupted)
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    return {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels}
+
+
+def complementary_views(
+    attention_mask: torch.Tensor, num_views: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Complementary Masking Strategy: partition each row's real tokens into `num_views` random groups
+    of equal size (sizes differ by at most one); view k sees group k and masks the rest.
+
+    Returns a bool tensor (B, K, T): visible[b, k, t]. Over k, every real token is visible exactly once.
+    """
+    real = attention_mask.bool()
+    group = _random_ranks(real, generator) % num_views  # consecutive ranks go round-robin over views
+    views = torch.arange(num_views, device=real.device).view(1, num_views, 1)
+    return (group.unsqueeze(1) == views) & real.unsqueeze(1)
+
+
+def random_views(attention_mask: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """CMS off: one random mask per row, keeping round((1 - ratio) * n) tokens visible (at least 1).
+
+    Returns a bool tensor (B, 1, T).
+    """
+    real = attention_mask.bool()
+    n_real = real.sum(dim=1, keepdim=True)
+    n_visible = torch.clamp(torch.round(n_real * (1.0 - mask_ratio)), min=1).to(n_real.dtype)
+    return ((_random_ranks(real, generator) < n_visible) & real).unsqueeze(1)
+
+
+def crossbert_views(
+    attention_mask: torch.Tensor, *, mask_ratio: float, complementary: bool, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    if complementary:
+        return complementary_views(attention_mask, cms_num_views(mask_ratio), generator)
+    return random_views(attention_mask, mask_ratio, generator)
+
+
+def pack_positions(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pack the True positions of each row, keeping their order.
+
+    select: (N, T) bool. Returns (positions, valid), both (N, L) with L = max True count per row;
+    positions of invalid (padding) slots point at 0.
+    """
+    n, t = select.shape
+    arange = torch.arange(t, device=select.device)
+    key = torch.where(select, arange, arange + t)  # selected first, in position order
+    length = int(select.sum(dim=1).max().item()) if n else 0
+    positions = key.argsort(dim=1)[:, :length]
+    valid = torch.gather(select, 1, positions)
+    return positions.masked_fill(~valid, 0), valid
+
+
+def pretraining_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, generator: torch.Generator | None) -> dict:
+    """The model inputs of one pre-training step for `config.objective` (masks drawn from `generator`)."""
+    if config.objective == "mlm":
+        return mlm_masking(
+            input_ids,
+            attention_mask,
+            mask_ratio=config.mask_ratio,
+            mask_token_id=config.mask_token_id,
+            vocab_size=config.vocab_size,
+            num_special_tokens=config.num_special_tokens,
+            generator=generator,
+            mask_prob=config.mlm_mask_prob,
+            random_prob=config.mlm_random_prob,
+        )
+    visible = crossbert_views(
+        attention_mask, mask_ratio=config.mask_ratio, complementary=config.complementary_masking, generator=generator
+    )
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "visible": visible}
+
+
+def num_targets(batch: dict) -> int:
+    """How many tokens the batch asks the model to predict (the loss normaliser)."""
+    if "labels" in batch:
+        return int((batch["labels"] != -100).sum())
+    visible = batch["visible"]
+    masked = batch["attention_mask"].bool().unsqueeze(1) & ~visible
+    return int((masked & visible.any(dim=-1, keepdim=True)).sum())

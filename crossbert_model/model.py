@@ -1,0 +1,345 @@
+"""The two pre-training models on one shared transformer block.
+
+* `CrossBertModel`: the encoder (token embeddings -> N pre-norm blocks -> final norm). This is what
+  `AutoModel.from_pretrained(checkpoint)` returns for either objective, and what the probes freeze.
+* `FlatMlmForPreTraining` (BERT): the encoder over the whole corrupted sequence, then an MLM head
+  whose vocabulary projection is computed at the selected positions only.
+* `CrossBertForPreTraining`: the encoder over the VISIBLE tokens only (masked tokens are gathered
+  out, not replaced), then a predictor of cross-attention-only blocks: learned mask-embedding queries
+  at the masked positions read the encoder outputs; queries never attend to each other.
+
+Rotary positions are always the token's position in the original sequence, so dropping tokens from
+the encoder input does not shift anyone's position.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import ModelOutput
+
+from .config import CrossBertConfig
+from .masking import pack_positions
+
+
+def make_norm(config: CrossBertConfig, dim: int) -> nn.Module:
+    if config.norm_type == "rmsnorm":
+        return nn.RMSNorm(dim, eps=config.norm_eps)
+    return nn.LayerNorm(dim, eps=config.norm_eps)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021), evaluated at arbitrary integer positions."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self) -> torch.Tensor:
+        return 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
+
+    def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids.unsqueeze(-1).float() * self.inv_freq  # (B, T, hd/2)
+        angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # (B, 1, T, hd)
+        return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def _sdpa_key_mask(key_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, Tk) bool -> SDPA boolean mask (B, 1, 1, Tk). A row with no valid key attends to all keys
+    (its output is never used) so that SDPA does not produce NaN."""
+    if key_mask is None:
+        return None
+    key_mask = key_mask | ~key_mask.any(dim=-1, keepdim=True)
+    return key_mask[:, None, None, :]
+
+
+class Attention(nn.Module):
+    """Multi-head attention through `scaled_dot_product_attention`. `cross=True` reads keys/values
+    from a context of width `kv_dim` (the predictor's cross-attention); otherwise self-attention."""
+
+    def __init__(self, dim: int, num_heads: int, kv_dim: int | None = None, cross: bool = False):
+        super().__init__()
+        self.num_heads, self.head_dim, self.cross = num_heads, dim // num_heads, cross
+        if cross:
+            self.q_proj = nn.Linear(dim, dim, bias=False)
+            self.kv_proj = nn.Linear(kv_dim or dim, 2 * dim, bias=False)
+        else:
+            self.qkv_proj = nn.Linear(dim, 3 * dim, bias=False)
+        self.out_proj = nn.Linear(dim, dim, bias=False)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, rope_q, context=None, rope_k=None, key_mask=None):
+        if self.cross:
+            q = self._heads(self.q_proj(x))
+            k, v = map(self._heads, self.kv_proj(context).chunk(2, dim=-1))
+        else:
+            q, k, v = map(self._heads, self.qkv_proj(x).chunk(3, dim=-1))
+            rope_k = rope_q
+        q = apply_rotary(q, *rope_q)
+        k = apply_rotary(k, *rope_k)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=_sdpa_key_mask(key_mask))
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int, mlp_type: str):
+        super().__init__()
+        self.swiglu = mlp_type == "swiglu"
+        self.in_proj = nn.Linear(dim, (2 if self.swiglu else 1) * hidden, bias=False)
+        self.out_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.in_proj(x)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h)
+        return self.out_proj(h)
+
+
+class Block(nn.Module):
+    """The shared pre-norm transformer block: x + Attn(norm(x)), then x + MLP(norm(x))."""
+
+    def __init__(self, config: CrossBertConfig):
+        super().__init__()
+        d = config.hidden_size
+        self.attn_norm = make_norm(config, d)
+        self.attn = Attention(d, config.num_attention_heads)
+        self.mlp_norm = make_norm(config, d)
+        self.mlp = MLP(d, config.intermediate_size, config.mlp_type)
+
+    def forward(self, x, rope, key_mask):
+        x = x + self.attn(self.attn_norm(x), rope, key_mask=key_mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class PredictorBlock(nn.Module):
+    """Cross-attention only (CrossMAE-style): queries read the encoder output, never each other."""
+
+    def __init__(self, config: CrossBertConfig):
+        super().__init__()
+        p = config.predictor_hidden_size
+        self.attn_norm = make_norm(config, p)
+        self.attn = Attention(p, config.predictor_heads, kv_dim=config.hidden_size, cross=True)
+        self.mlp_norm = make_norm(config, p)
+        self.mlp = MLP(p, config.predictor_intermediate_size, config.mlp_type)
+
+    def forward(self, queries, rope_q, context, rope_k, key_mask):
+        queries = queries + self.attn(self.attn_norm(queries), rope_q, context, rope_k, key_mask)
+        return queries + self.mlp(self.mlp_norm(queries))
+
+
+class CrossBertPreTrainedModel(PreTrainedModel):
+    config_class = CrossBertConfig
+    base_model_prefix = "encoder"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["Block", "PredictorBlock"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        # Residual output projections shrink with depth (GPT-2 / ModernBERT "out" init).
+        out_std = std / math.sqrt(2.0 * max(1, self.config.num_hidden_layers))
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (Attention, MLP)):
+            init.normal_(module.out_proj.weight, mean=0.0, std=out_std)
+        elif isinstance(module, Rotary):
+            # A non-persistent buffer: from_pretrained builds the model on the meta device, so it must
+            # be recomputed here rather than trusted from __init__.
+            init.copy_(module.inv_freq, module.frequencies())
+        elif isinstance(module, MlmHead):
+            init.zeros_(module.decoder_bias)
+        elif isinstance(module, Predictor):
+            init.normal_(module.mask_embedding, mean=0.0, std=std)
+            init.zeros_(module.decoder_bias)
+
+
+class CrossBertModel(CrossBertPreTrainedModel):
+    """The encoder. `hidden_states` (when asked) holds N + 1 tensors: the embedding output (layer 0)
+    and the output of every block, the last one after the final norm (= `last_hidden_state`)."""
+
+    def __init__(self, config: CrossBertConfig):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.rotary = Rotary(config.head_dim, config.rope_theta)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.norm = make_norm(config, config.hidden_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **unused,  # token_type_ids from BERT-style tokenizers: this model has no segment embedding
+    ) -> BaseModelOutput:
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        # Fully unpadded batches (packed pre-training sequences) take SDPA's unmasked fast path.
+        key_mask = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()
+        rope = self.rotary(position_ids)
+        x = self.embeddings(input_ids)
+        hidden_states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            x = layer(x, rope, key_mask)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        x = self.norm(x)
+        if hidden_states is not None:
+            hidden_states[-1] = x
+            hidden_states = tuple(hidden_states)
+        if return_dict is False:
+            return (x, hidden_states) if hidden_states is not None else (x,)
+        return BaseModelOutput(last_hidden_state=x, hidden_states=hidden_states)
+
+
+@dataclass
+class PreTrainingOutput(ModelOutput):
+    """`loss` is the mean cross-entropy over predicted tokens; `loss_sum` / `num_predicted` let a
+    trainer normalise by the token count of the whole global batch (exact under DDP / accumulation)."""
+
+    loss: torch.Tensor | None = None
+    loss_sum: torch.Tensor | None = None
+    num_predicted: torch.Tensor | None = None
+    logits: torch.Tensor | None = None  # (num_predicted, vocab): only the predicted positions
+    labels: torch.Tensor | None = None  # (num_predicted,)
+
+
+def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> PreTrainingOutput:
+    loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
+    count = torch.tensor(labels.numel(), device=labels.device)
+    return PreTrainingOutput(loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, logits=logits, labels=labels)
+
+
+def _check_objective(config: CrossBertConfig, expected: str, cls: type) -> None:
+    if config.objective != expected:
+        raise ValueError(
+            f"{cls.__name__} needs a config with objective={expected!r}, but this one has objective={config.objective!r}: "
+            f"load it with {'CrossBertForPreTraining' if config.objective == 'crossbert' else 'FlatMlmForPreTraining'} "
+            "or `crossbert_model.pretraining_model_from_pretrained`, or the encoder alone with AutoModel"
+        )
+
+
+class MlmHead(nn.Module):
+    """BERT's head: dense -> GELU -> norm -> decoder tied to the input embeddings (+ bias)."""
+
+    def __init__(self, config: CrossBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = make_norm(config, config.hidden_size)
+        self.decoder_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(F.gelu(self.dense(x))), embedding_weight, self.decoder_bias)
+
+
+class FlatMlmForPreTraining(CrossBertPreTrainedModel):
+    def __init__(self, config: CrossBertConfig):
+        _check_objective(config, "mlm", type(self))
+        super().__init__(config)
+        self.encoder = CrossBertModel(config)
+        self.head = MlmHead(config)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask, labels, **unused) -> PreTrainingOutput:
+        """input_ids: corrupted tokens (B, T); labels: original id at selected positions, -100 elsewhere."""
+        hidden = self.encoder(input_ids, attention_mask=attention_mask).last_hidden_state
+        selected = labels != -100
+        # Vocabulary logits only where there is something to predict (15% of tokens by default).
+        logits = self.head(hidden[selected], self.encoder.embeddings.weight)
+        return _masked_lm_loss(logits, labels[selected])
+
+
+class Predictor(nn.Module):
+    def __init__(self, config: CrossBertConfig):
+        super().__init__()
+        p, d = config.predictor_hidden_size, config.hidden_size
+        self.mask_embedding = nn.Parameter(torch.zeros(p))
+        self.rotary = Rotary(p // config.predictor_heads, config.rope_theta)
+        self.layers = nn.ModuleList(PredictorBlock(config) for _ in range(config.predictor_layers))
+        self.norm = make_norm(config, p)
+        self.out_proj = nn.Linear(p, d, bias=False) if p != d else nn.Identity()
+        self.decoder_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, context, context_positions, context_valid, query_positions, query_valid, embedding_weight):
+        """Logits (num_valid_queries, vocab) for the queries at `query_positions` (N, Q)."""
+        n, q = query_positions.shape
+        queries = self.mask_embedding.to(context.dtype).expand(n, q, -1)
+        rope_q, rope_k = self.rotary(query_positions), self.rotary(context_positions)
+        key_mask = None if bool(context_valid.all()) else context_valid
+        for layer in self.layers:
+            queries = layer(queries, rope_q, context, rope_k, key_mask)
+        out = self.out_proj(self.norm(queries[query_valid]))
+        return F.linear(out, embedding_weight, self.decoder_bias)
+
+
+class CrossBertForPreTraining(CrossBertPreTrainedModel):
+    def __init__(self, config: CrossBertConfig):
+        _check_objective(config, "crossbert", type(self))
+        super().__init__(config)
+        self.encoder = CrossBertModel(config)
+        self.predictor = Predictor(config)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask, visible, **unused) -> PreTrainingOutput:
+        """input_ids, attention_mask: (B, T), never corrupted. visible: (B, K, T) bool, one row per view
+        (see `masking.crossbert_views`). The K views of a sequence run as K rows of one batched pass."""
+        b, k, t = visible.shape
+        ids = input_ids.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
+        visible = visible.reshape(b * k, t)
+        masked = attention_mask.bool().unsqueeze(1).expand(b, k, t).reshape(b * k, t) & ~visible
+
+        # Encoder input: the visible tokens only, left-packed, with their original positions.
+        enc_positions, enc_valid = pack_positions(visible)
+        context = self.encoder(
+            torch.gather(ids, 1, enc_positions), attention_mask=enc_valid, position_ids=enc_positions
+        ).last_hidden_state
+
+        query_positions, query_valid = pack_positions(masked)
+        # A view with no visible token (a sequence shorter than K) has nothing to predict from.
+        query_valid = query_valid & enc_valid.any(dim=1, keepdim=True)
+        logits = self.predictor(
+            context, enc_positions, enc_valid, query_positions, query_valid, self.encoder.embeddings.weight
+        )
+        labels = torch.gather(ids, 1, query_positions)[query_valid]
+        return _masked_lm_loss(logits, labels)
+
+
+PRETRAINING_CLASSES = {"mlm": FlatMlmForPreTraining, "crossbert": CrossBertForPreTraining}
+
+
+def pretraining_model_for(config: CrossBertConfig) -> CrossBertPreTrainedModel:
+    return PRETRAINING_CLASSES[config.objective](config)

@@ -1,0 +1,62 @@
+"""Shared fixtures. Tests run offline, with every cache in a temporary folder, on the real data root."""
+
+import os
+import tempfile
+
+_CACHE = tempfile.mkdtemp(prefix="crossbert-test-cache-")
+os.environ.update(
+    {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_UPDATE_DOWNLOAD_COUNTS": "0",
+        "HF_HOME": os.path.join(_CACHE, "hf"),
+        "MTEB_CACHE": os.path.join(_CACHE, "mteb"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+)
+
+import pytest  # noqa: E402
+
+from crossbert_model.data import DataArgs, prepare_data  # noqa: E402
+from crossbert_model.utils import data_root, quiet_transformers  # noqa: E402
+
+quiet_transformers()
+
+
+@pytest.fixture(scope="session")
+def real_data_root():
+    """The real data root (../shared/data or $CROSSBERT_DATA_ROOT). Missing data is a failure, not a skip."""
+    return data_root()
+
+
+@pytest.fixture(scope="session")
+def corpus_args(real_data_root, tmp_path_factory):
+    """The real Wikipedia corpus, first 150 articles, with a small WordPiece vocabulary (fast to build)."""
+    return DataArgs(
+        corpus=str(real_data_root / "wikipedia_en_2015"),
+        vocab_size=2048,
+        seq_len=64,
+        max_documents=150,
+        val_fraction=0.05,
+        cache_dir=str(tmp_path_factory.mktemp("data-cache")),
+    )
+
+
+@pytest.fixture(scope="session")
+def corpus(corpus_args):
+    return prepare_data(corpus_args)
+
+
+@pytest.fixture(scope="session")
+def real_batch(corpus):
+    """32 real packed sequences, the last 8 padded to varied lengths (as sentence batches are)."""
+    import torch
+
+    ids = corpus.train.get(list(range(32)))
+    attention = torch.ones_like(ids)
+    for row, length in zip(range(24, 32), (5, 9, 17, 23, 31, 40, 51, 63)):
+        attention[row, length:] = 0
+        ids[row, length:] = corpus.tokenizer.pad_token_id
+    return ids, attention

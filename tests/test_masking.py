@@ -1,0 +1,101 @@
+"""Masking statistics and invariants, on real Wikipedia token sequences."""
+
+import pytest
+import torch
+
+from crossbert_model.config import cms_num_views
+from crossbert_model.masking import complementary_views, mlm_masking, num_targets, pack_positions, random_views
+
+
+@pytest.mark.parametrize("ratio", [0.5, 2 / 3, 0.75])
+def test_every_cms_view_set_partitions_the_real_tokens(real_batch, ratio):
+    ids, attention = real_batch
+    k = cms_num_views(ratio)
+    visible = complementary_views(attention, k, torch.Generator().manual_seed(0))
+    assert visible.shape == (ids.shape[0], k, ids.shape[1])
+    times_visible = visible.sum(dim=1)
+    # each real token visible in exactly one view (so masked in the K-1 others); padding in none
+    assert torch.equal(times_visible, attention.long())
+    # groups of equal size (differing by at most one token when n is not divisible by K)
+    sizes = visible.sum(dim=2)
+    assert int((sizes.max(dim=1).values - sizes.min(dim=1).values).max()) <= 1
+    # masked set of view k = real tokens minus group k
+    masked = attention.bool().unsqueeze(1) & ~visible
+    assert torch.equal(masked.sum(dim=1), (k - 1) * attention.long())
+
+
+def test_cms_with_half_masking_gives_exact_complements(real_batch):
+    ids, attention = real_batch
+    visible = complementary_views(attention, 2, torch.Generator().manual_seed(1))
+    real = attention.bool()
+    assert torch.equal(visible[:, 0] & real, real & ~visible[:, 1])
+
+
+def test_cms_partition_is_random_not_fixed(real_batch):
+    ids, attention = real_batch
+    a = complementary_views(attention, 2, torch.Generator().manual_seed(0))
+    b = complementary_views(attention, 2, torch.Generator().manual_seed(1))
+    assert not torch.equal(a, b)
+    # and a view is not a contiguous block: on a 64-token row, group 0 interleaves with group 1
+    row = a[0, 0].nonzero().flatten()
+    assert (row.diff() > 1).any()
+
+
+def test_random_views_keep_the_requested_fraction_visible(real_batch):
+    ids, attention = real_batch
+    visible = random_views(attention, 0.75, torch.Generator().manual_seed(0))
+    assert visible.shape == (ids.shape[0], 1, ids.shape[1])
+    n = attention.sum(dim=1)
+    expected = torch.clamp(torch.round(n * 0.25), min=1)
+    assert torch.equal(visible[:, 0].sum(dim=1), expected.long())
+    assert not (visible[:, 0] & ~attention.bool()).any()
+
+
+def test_mlm_masking_follows_80_10_10_on_real_tokens(corpus):
+    ids = corpus.train.get(list(range(min(len(corpus.train), 600))))
+    attention = torch.ones_like(ids)
+    vocab = len(corpus.tokenizer)
+    out = mlm_masking(
+        ids, attention, mask_ratio=0.15, mask_token_id=corpus.tokenizer.mask_token_id, vocab_size=vocab,
+        num_special_tokens=5, generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    selected = out["labels"] != -100
+    # exactly round(0.15 * n) per sequence
+    assert torch.equal(selected.sum(dim=1), torch.full((ids.shape[0],), round(0.15 * ids.shape[1])))
+    # labels are the original tokens
+    assert torch.equal(out["labels"][selected], ids[selected])
+    n = int(selected.sum())
+    became_mask = (out["input_ids"] == corpus.tokenizer.mask_token_id) & selected
+    unchanged = (out["input_ids"] == ids) & selected
+    changed_to_other = selected & ~became_mask & ~unchanged
+    # binomial standard error at n ~ 5,700 is ~0.5% for 80% and ~0.4% for 10%
+    assert abs(became_mask.sum() / n - 0.8) < 0.02
+    # "kept" also catches random draws that hit the original token (p ~ 1/vocab)
+    assert abs(unchanged.sum() / n - 0.1) < 0.015
+    assert abs(changed_to_other.sum() / n - 0.1) < 0.015
+    # unselected tokens are never touched; random replacements are never special tokens
+    assert torch.equal(out["input_ids"][~selected], ids[~selected])
+    assert (out["input_ids"][changed_to_other] >= 5).all()
+
+
+def test_mlm_masking_never_selects_padding(real_batch):
+    ids, attention = real_batch
+    out = mlm_masking(ids, attention, mask_ratio=0.3, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
+                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    selected = out["labels"] != -100
+    assert not (selected & ~attention.bool()).any()
+    assert torch.equal(selected.sum(dim=1), torch.clamp(torch.round(attention.sum(1) * 0.3), min=1).long())
+
+
+def test_pack_positions_left_packs_in_order():
+    select = torch.tensor([[0, 1, 0, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    positions, valid = pack_positions(select)
+    assert positions.tolist() == [[1, 3, 4], [0, 0, 0]]
+    assert valid.tolist() == [[True, True, True], [True, False, False]]
+
+
+def test_num_targets_counts_every_masked_real_token_of_every_view(real_batch):
+    ids, attention = real_batch
+    visible = complementary_views(attention, 2, torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "attention_mask": attention, "visible": visible}
+    assert num_targets(batch) == int(attention.sum())  # K = 2: each token predicted once

@@ -1,0 +1,133 @@
+"""The two models: what the CrossBERT encoder may see, what the predictor may mix, and HF round trips."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+import crossbert_model as cm
+from crossbert_model.checkpoint import CheckpointError, pretraining_model_from_pretrained
+from crossbert_model.masking import crossbert_views, mlm_masking, pack_positions
+
+
+def build(objective, vocab, **kw):
+    torch.manual_seed(0)
+    config = cm.config_from_preset("nano", objective=objective, vocab_size=vocab, **kw)
+    return cm.pretraining_model_for(config).eval()
+
+
+@pytest.mark.parametrize("complementary", [False, True])
+def test_crossbert_encoder_never_sees_masked_tokens(real_batch, complementary):
+    ids, attention = real_batch
+    model = build("crossbert", 2048, complementary_masking=complementary)
+    visible = crossbert_views(attention, mask_ratio=0.5, complementary=complementary, generator=torch.Generator().manual_seed(0))
+    view = visible[:, :1]  # one view: its masked tokens are visible to no other row of the batch
+    masked = attention.bool() & ~view[:, 0]
+    scrambled = torch.where(masked, torch.randint(5, 2048, ids.shape), ids)
+    with torch.no_grad():
+        a, b = model(ids, attention, view), model(scrambled, attention, view)
+    assert torch.equal(a.logits, b.logits)
+    # the targets do change: the loss is computed against the (scrambled) original ids
+    assert not torch.equal(a.labels, b.labels)
+
+
+def test_flat_mlm_does_see_its_whole_sequence(real_batch):
+    ids, attention = real_batch
+    model = build("mlm", 2048)
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    unselected = (batch["labels"] == -100) & attention.bool()
+    scrambled = dict(batch, input_ids=torch.where(unselected, torch.randint(5, 2048, ids.shape), batch["input_ids"]))
+    with torch.no_grad():
+        assert not torch.allclose(model(**batch).logits, model(**scrambled).logits)
+
+
+def test_flat_mlm_computes_logits_only_at_selected_positions(real_batch):
+    ids, attention = real_batch
+    model = build("mlm", 2048)
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    out = model(**batch)
+    assert out.logits.shape == (int((batch["labels"] != -100).sum()), 2048)
+
+
+def test_predictor_queries_do_not_interact(real_batch):
+    ids, attention = real_batch
+    model = build("crossbert", 2048, predictor_layers=2)
+    visible = crossbert_views(attention, mask_ratio=0.5, complementary=False, generator=torch.Generator().manual_seed(0))[:, 0]
+    masked = attention.bool() & ~visible
+    enc_pos, enc_valid = pack_positions(visible)
+    with torch.no_grad():
+        context = model.encoder(torch.gather(ids, 1, enc_pos), attention_mask=enc_valid, position_ids=enc_pos).last_hidden_state
+        q_pos, q_valid = pack_positions(masked)
+        full = model.predictor(context, enc_pos, enc_valid, q_pos, q_valid, model.encoder.embeddings.weight)
+        # drop every other query: the remaining ones must get the same logits
+        keep = torch.zeros_like(q_valid)
+        keep[:, ::2] = True
+        sub_pos, sub_valid = q_pos[:, ::2], q_valid[:, ::2]
+        fewer = model.predictor(context, enc_pos, enc_valid, sub_pos, sub_valid, model.encoder.embeddings.weight)
+    assert torch.allclose(full[keep[q_valid]], fewer, atol=1e-5)
+
+
+def test_encoder_on_visible_tokens_equals_full_sequence_with_masked_keys(real_batch):
+    """Gathering the visible tokens out with their ORIGINAL rotary positions is the same computation
+    as attending over the full sequence with the masked tokens hidden: positions are not shifted."""
+    ids, attention = real_batch
+    encoder = build("crossbert", 2048).encoder
+    visible = crossbert_views(attention, mask_ratio=0.5, complementary=False, generator=torch.Generator().manual_seed(3))[:, 0]
+    enc_pos, enc_valid = pack_positions(visible)
+    with torch.no_grad():
+        gathered = encoder(torch.gather(ids, 1, enc_pos), attention_mask=enc_valid, position_ids=enc_pos).last_hidden_state
+        full = encoder(ids, attention_mask=visible.long()).last_hidden_state
+    expected = torch.gather(full, 1, enc_pos.unsqueeze(-1).expand_as(gathered))
+    assert torch.allclose(gathered[enc_valid], expected[enc_valid], atol=1e-5)
+
+
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_save_then_automodel_reload_gives_identical_outputs(real_batch, tmp_path, objective):
+    ids, attention = real_batch
+    model = build(objective, 2048)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists() and not list(tmp_path.glob("*.bin"))
+    assert AutoConfig.from_pretrained(tmp_path, local_files_only=True).objective == objective
+    encoder = AutoModel.from_pretrained(tmp_path, local_files_only=True).eval()
+    assert type(encoder) is cm.CrossBertModel
+    with torch.no_grad():
+        want = model.encoder(ids, attention, output_hidden_states=True)
+        got = encoder(ids, attention, output_hidden_states=True)
+    assert len(got.hidden_states) == model.config.num_hidden_layers + 1  # embeddings = layer 0
+    for a, b in zip(want.hidden_states, got.hidden_states):
+        assert torch.equal(a, b)
+    assert torch.equal(got.hidden_states[-1], got.last_hidden_state)
+    # the pre-training model (head / predictor included) round-trips too
+    again = pretraining_model_from_pretrained(tmp_path)
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_loading_a_checkpoint_as_the_wrong_kind_is_a_clear_error(tmp_path):
+    build("crossbert", 2048).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="objective='mlm'.*objective='crossbert'"):
+        cm.FlatMlmForPreTraining.from_pretrained(tmp_path, local_files_only=True)
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(CheckpointError, match="model_type is 'bert'"):
+        pretraining_model_from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("preset", list(cm.PRESETS))
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_parameter_counts_are_computed_exactly(preset, objective):
+    config = cm.config_from_preset(preset, objective=objective, vocab_size=8192)
+    with torch.device("meta"):
+        model = cm.pretraining_model_for(config)
+    counts = cm.parameter_counts(config)
+    assert counts["total"] == sum(p.numel() for p in model.parameters())
+    assert counts["encoder"] == sum(p.numel() for p in model.encoder.parameters())
+
+
+def test_training_flops_follow_the_shape():
+    mlm = cm.config_from_preset("base", objective="mlm")
+    # a transformer's training cost is ~6 x non-embedding parameters per token, plus attention and the head
+    assert 6 * cm.parameter_counts(mlm)["encoder_non_embedding"] < cm.training_flops_per_token(mlm, 128)
+    # CrossBERT without CMS at r=0.5 runs the encoder on half the tokens: cheaper per token at BERT-base size
+    half = cm.config_from_preset("base", objective="crossbert", complementary_masking=False, mask_ratio=0.5)
+    assert cm.training_flops_per_token(half, 128) < 0.7 * cm.training_flops_per_token(mlm, 128)
