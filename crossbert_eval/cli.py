@@ -2,6 +2,8 @@
 
     crossbert train CONFIG [key=value ...]     pre-train a flat MLM or a CrossBERT
     crossbert presets [--seq-len 128]          size presets with parameter counts and FLOPs
+    crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
+    crossbert tasks                            the task files and whether their data is present
 """
 
 from __future__ import annotations
@@ -33,6 +35,38 @@ def _presets(args: argparse.Namespace) -> None:
             )
 
 
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _probe(args: argparse.Namespace) -> None:
+    from crossbert_model.utils import set_offline_env
+    from crossbert_eval.probe import ProbeSettings, probe_model, summary_table
+
+    set_offline_env()
+    settings = ProbeSettings(
+        tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=_csv(args.pooling),
+        pair_mode=args.pair_mode, k=args.k, temperature=args.temperature, seed=args.seed,
+        results_dir=args.results, cache_dir=args.cache, force=args.force, data_root=args.data_root,
+    )  # fmt: skip
+    df = probe_model(args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype)
+    print(summary_table(df))
+    print(f"results: {settings.results_dir}/results.jsonl")
+
+
+def _tasks(args: argparse.Namespace) -> None:
+    from crossbert_eval.tasks import TaskError, all_tasks
+
+    for name, task in sorted(all_tasks().items(), key=lambda kv: (kv[1].family, kv[0])):
+        sizes = []
+        for split in task.splits:
+            try:
+                sizes.append(f"{split}={len(task.load_split(split, args.data_root)):,}")
+            except TaskError as e:
+                sizes.append(f"{split}: MISSING" if "not found" in str(e) else f"{split}: ERROR {e}")
+        print(f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(sizes)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -41,6 +75,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="YAML config (see configs/train/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.preset=mini steps=2000")
     p.set_defaults(func=_train)
+
+    p = sub.add_parser("probe", help="probe a frozen encoder (checkpoint, run folder, HF / sentence-transformers folder, or 'minilm')")
+    p.add_argument("model")
+    p.add_argument("--tasks", required=True, help="comma-separated task names, a family (glue, sts, ...) or all")
+    p.add_argument("--probe", default="linear,knn,cosine", help="linear, knn, cosine (each task runs those that apply)")
+    p.add_argument("--layers", default="last", help="all | last | N | N,M,... (0 = embedding output)")
+    p.add_argument("--pooling", default="mean", help="mean, cls, max (comma-separated)")
+    p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
+    p.add_argument("--k", type=int, default=20, help="kNN neighbours (DINO: 20)")
+    p.add_argument("--temperature", type=float, default=0.07, help="kNN vote temperature (DINO: 0.07)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
+    p.add_argument("--cache", default="runs/features", help="feature cache folder")
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
+    p.add_argument("--force", action="store_true", help="re-run units already in the results store")
+    p.set_defaults(func=_probe)
+
+    p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
+    p.add_argument("--data-root", default=None)
+    p.set_defaults(func=_tasks)
 
     p = sub.add_parser("presets", help="list the size presets with computed parameter counts and FLOPs")
     p.add_argument("--seq-len", type=int, default=128)

@@ -38,7 +38,7 @@ class CrossBertConfig(PretrainedConfig):
         mlm_mask_prob: float = 0.8,
         mlm_random_prob: float = 0.1,
         # CrossBERT predictor.
-        predictor_layers: int = 1,
+        predictor_layers: int = 2,
         predictor_hidden_size: int | None = None,
         predictor_heads: int | None = None,
         predictor_intermediate_size: int | None = None,

@@ -54,7 +54,7 @@ class ModelArgs:
     objective: str = "mlm"  # "mlm" (flat BERT) | "crossbert"
     mask_ratio: float | None = None  # default: 0.15 for mlm, 0.5 for crossbert
     complementary_masking: bool = True
-    predictor_layers: int = 1
+    predictor_layers: int = 2  # 1 layer: every query of a view is the same vector, only RoPE tells them apart; it plateaus
     predictor_hidden_size: int | None = None  # default: the preset's
     hidden_size: int | None = None  # overrides of the preset's shape
     num_hidden_layers: int | None = None
@@ -369,6 +369,7 @@ class Trainer:
         views = self.model_config.num_views
         bar = tqdm(total=self.total_steps, initial=self.start_step, desc=f"train {cfg.name}", disable=not env.is_main or None)
         window_start, window_tokens = time.perf_counter(), 0
+        progress_every = max(cfg.log_every, (self.total_steps // 20) // cfg.log_every * cfg.log_every)
         for step in range(self.start_step, self.total_steps):
             out = self.train_step(step)
             done = step + 1
@@ -390,6 +391,8 @@ class Trainer:
                 }
                 window_start, window_tokens = time.perf_counter(), 0
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{row['mfu']:.1%}")
+                if bar.disable and env.is_main and done % progress_every == 0:  # no terminal: log lines instead
+                    log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%%", done, self.total_steps, out["loss"], out["lr"], f"{tps:,.0f}", 100 * row["mfu"])
             val = self.evaluate() if (done % cfg.eval_every == 0 or done == self.total_steps) else {}
             if val:
                 row = {**(row or {"step": done}), **val}

@@ -68,17 +68,18 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     assert {"loss", "corpus_tokens_per_s", "mfu"} <= set(metrics[0]) and "val_ppl" in metrics[-1]
 
 
-def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path, mode):
     one = tiny_config(corpus_args, tmp_path, "crossbert", name="one")
     train(one)
     config_file = tmp_path / "two.yaml"
-    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two")
+    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed=mode)
     from crossbert_model.args import dump_yaml
 
     config_file.write_text(dump_yaml(two))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "crossbert_model.train", str(config_file), "num_threads=1"],
         check=True, env=env, cwd=tmp_path, capture_output=True, timeout=300,
     )  # fmt: skip

@@ -1,0 +1,227 @@
+"""The probe runner: frozen features of one encoder -> linear / kNN / cosine probes on tasks -> result rows.
+
+    crossbert probe minilm --tasks SST-2,STS-B --probe linear,knn --layers all --pooling mean
+
+Work is organised in units (model, task, split, layer, pooling, probe, protocol). A unit whose rows
+are in the results store is skipped (unless forced); features come from the on-disk cache, so a
+re-run, or a new probe on the same features, encodes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import probes as P
+from .metrics import score
+from .encoders import FeatureCache, FrozenEncoder
+from .results import ResultsStore, unit_key
+from .tasks import Split, Task, resolve_tasks
+
+log = logging.getLogger(__name__)
+
+PROBES = ("linear", "knn", "cosine")
+PAIR_MODES = ("joint", "senteval")
+
+
+@dataclass
+class ProbeSettings:
+    tasks: list[str]
+    probes: list[str] = field(default_factory=lambda: ["linear", "knn", "cosine"])
+    layers: str = "last"  # all | last | N | N,M,...
+    poolings: list[str] = field(default_factory=lambda: ["mean"])
+    pair_mode: str = "joint"  # joint: the pair as one sequence; senteval: [u, v, |u-v|, u*v]
+    k: int = P.KNN_K
+    temperature: float = P.KNN_TEMPERATURE
+    seed: int = P.PROBE_SEED
+    results_dir: str = "runs/results"
+    cache_dir: str = "runs/features"
+    force: bool = False
+    data_root: str | None = None
+
+    def protocol_constants(self) -> dict:
+        return {
+            "C_grid": list(P.C_GRID),
+            "alpha_grid": list(P.ALPHA_GRID),
+            "validation_fraction": P.VALIDATION_FRACTION,
+            "seed": self.seed,
+            "knn_k": self.k,
+            "knn_temperature": self.temperature,
+        }
+
+
+def _metrics_for(task: Task, probe: str) -> list[str]:
+    """Supervised probes on score tasks report pearson/spearman; the cosine probe cosine_*."""
+    bare = [m.removeprefix("cosine_") for m in task.metrics]
+    return [f"cosine_{m}" for m in bare] if probe == "cosine" else bare
+
+
+class ProbeRunner:
+    def __init__(self, encoder: FrozenEncoder, settings: ProbeSettings):
+        self.encoder, self.s = encoder, settings
+        self.store = ResultsStore(settings.results_dir)
+        self.cache = FeatureCache(settings.cache_dir)
+        self.layers = encoder.layer_indices(settings.layers)
+        for probe in settings.probes:
+            if probe not in PROBES:
+                raise ValueError(f"unknown probe {probe!r}; expected one of {', '.join(PROBES)}")
+        if settings.pair_mode not in PAIR_MODES:
+            raise ValueError(f"unknown pair mode {settings.pair_mode!r}; expected one of {', '.join(PAIR_MODES)}")
+
+    # -- units -------------------------------------------------------------------------------------
+
+    def _unit(self, task: Task, split: str, probe: str, layer: int, pooling: str) -> str:
+        pair_mode = self.s.pair_mode if (task.is_pair and probe != "cosine") else None
+        constants = self.s.protocol_constants()
+        names = {"cosine": (), "knn": ("knn_k", "knn_temperature"), "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed")}
+        protocol = {k: constants[k] for k in names[probe]}
+        return unit_key(
+            model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
+            pair_mode=pair_mode, protocol=protocol, max_length=self.encoder.max_length,
+            dtype=self.encoder.identity["features_dtype"],
+        )  # fmt: skip
+
+    def plan(self, task: Task) -> list[tuple[str, str, int, str, str]]:
+        """(probe, split, layer, pooling, unit key) for every applicable unit of this task."""
+        probes = [p for p in self.s.probes if p in task.default_probes]
+        return [
+            (probe, split, layer, pooling, self._unit(task, split, probe, layer, pooling))
+            for probe in probes
+            for split in task.eval_splits
+            for layer in self.layers
+            for pooling in self.s.poolings
+        ]
+
+    # -- features ----------------------------------------------------------------------------------
+
+    def _features(self, task: Task, split_name: str, split: Split, view: str, layers, poolings):
+        """view: 'text' (single), 'joint' (pair as one sequence), 'a' / 'b' (each side alone)."""
+        label = f"{task.name}/{split_name}/{view}"
+        if view == "b":
+            return self.cache.features(self.encoder, split.texts_pair, None, layers, poolings, label)
+        pair = split.texts_pair if view == "joint" else None
+        return self.cache.features(self.encoder, split.texts, pair, layers, poolings, label)
+
+    def _probe_inputs(self, task: Task, split_name: str, split: Split, probe: str, layers, poolings):
+        if not task.is_pair:
+            return self._features(task, split_name, split, "text", layers, poolings)
+        if probe != "cosine" and self.s.pair_mode == "joint":
+            return self._features(task, split_name, split, "joint", layers, poolings)
+        a = self._features(task, split_name, split, "a", layers, poolings)
+        b = self._features(task, split_name, split, "b", layers, poolings)
+        if probe == "cosine":
+            return {k: (a[k], b[k]) for k in a}
+        return {k: P.senteval_pair_features(a[k], b[k]) for k in a}
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def run_task(self, task: Task, bar: tqdm) -> list[dict]:
+        units = self.plan(task)
+        skipped = [p for p in self.s.probes if p not in task.default_probes]
+        if skipped:
+            log.info("%s: probe(s) %s do not apply (task probes: %s)", task.name, ", ".join(skipped), ", ".join(task.default_probes))
+        todo = [u for u in units if self.s.force or not self.store.done(u[-1])]
+        bar.update(len(units) - len(todo))
+        if not todo:
+            return []
+        if self.s.force:
+            self.store.remove_units({u[-1] for u in todo})
+        root = self.s.data_root
+        train_name = task.train_split
+        rows: list[dict] = []
+        for probe in dict.fromkeys(u[0] for u in todo):
+            probe_units = [u for u in todo if u[0] == probe]
+            layers = sorted({u[2] for u in probe_units})
+            poolings = list(dict.fromkeys(u[3] for u in probe_units))
+            train = task.load_split(train_name, root) if probe != "cosine" else None
+            train_x = self._probe_inputs(task, train_name, train, probe, layers, poolings) if train is not None else None
+            for split_name in dict.fromkeys(u[1] for u in probe_units):
+                split = task.load_split(split_name, root)
+                eval_x = self._probe_inputs(task, split_name, split, probe, layers, poolings)
+                for _, _, layer, pooling, key in (u for u in probe_units if u[1] == split_name):
+                    bar.set_postfix_str(f"{task.name} {probe} L{layer} {pooling}")
+                    started = time.perf_counter()
+                    out = self._fit(task, probe, train, train_x, split, eval_x, (layer, pooling))
+                    seconds = time.perf_counter() - started
+                    unit_rows = self._rows(task, split_name, probe, layer, pooling, key, split, train, out, seconds)
+                    self.store.append(unit_rows)
+                    rows.extend(unit_rows)
+                    bar.update(1)
+        return rows
+
+    def _fit(self, task: Task, probe: str, train, train_x, split: Split, eval_x, key) -> P.ProbeOutput:
+        if probe == "cosine":
+            u, v = eval_x[key]
+            return P.ProbeOutput(P.cosine_similarity(u, v), {"similarity": "cosine"})
+        if probe == "linear":
+            return P.linear_probe(
+                train_x[key], train.labels, eval_x[key], regression=task.is_regression,
+                select_metric=_metrics_for(task, probe)[0], seed=self.s.seed,
+            )  # fmt: skip
+        return P.knn_probe(
+            train_x[key], train.labels, eval_x[key], regression=task.is_regression,
+            num_classes=None if task.is_regression else task.num_classes, k=self.s.k, temperature=self.s.temperature,
+        )  # fmt: skip
+
+    def _rows(self, task, split_name, probe, layer, pooling, key, split, train, out, seconds) -> list[dict]:
+        metrics = _metrics_for(task, probe)
+        ident = self.encoder.identity
+        base = {
+            **ident,
+            "task": task.name,
+            "family": task.family,
+            "split": split_name,
+            "probe": probe,
+            "layer": layer,
+            "relative_depth": layer / ident["num_layers"],
+            "pooling": pooling,
+            "pair_mode": self.s.pair_mode if (task.is_pair and probe != "cosine") else None,
+            "seed": self.s.seed,
+            "n_train": len(train) if train is not None else 0,
+            "n_eval": len(split),
+            "protocol": out.protocol,
+            "probe_seconds": round(seconds, 3),
+            "unit": key,
+        }
+        return [
+            {**base, "metric": m, "value": score(m, split.labels, out.predictions), "is_main": i == 0}
+            for i, m in enumerate(metrics)
+        ]
+
+    def run(self, tasks: list[Task]) -> pd.DataFrame:
+        total = sum(len(self.plan(t)) for t in tasks)
+        bar = tqdm(total=total, desc=f"probing {self.encoder.name}", unit="unit", disable=None)
+        started = time.perf_counter()
+        for task in tasks:
+            self.run_task(task, bar)
+        bar.close()
+        keys = {u[-1] for t in tasks for u in self.plan(t)}
+        df = self.store.dataframe()
+        df = df[df["unit"].isin(keys)] if len(df) else df
+        log.info(
+            "probed %s on %d task(s) in %.1fs: feature cache %d hit(s), %d encoded",
+            self.encoder.name, len(tasks), time.perf_counter() - started, self.cache.hits, self.cache.misses,
+        )  # fmt: skip
+        return df
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """Main metric per task x probe, one column per layer, in points (x100)."""
+    if df is None or not len(df):
+        return "(no results)"
+    main = df[df["is_main"]].copy()
+    main["score"] = main["value"] * 100
+    table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
+    table.columns = [f"L{c}" for c in table.columns]
+    return table.round(2).to_string()
+
+
+def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 64, dtype: str = "auto") -> pd.DataFrame:
+    encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype)
+    tasks = resolve_tasks(settings.tasks)
+    return ProbeRunner(encoder, settings).run(tasks)

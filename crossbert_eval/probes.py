@@ -1,0 +1,132 @@
+"""Frozen-feature probes: linear (logistic / ridge regression), kNN (FAISS), zero-shot cosine.
+
+Protocol constants are named once here, with their sources, and copied into every result row.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from .metrics import score
+
+# Regularisation grid of the logistic-regression probe: scikit-learn LogisticRegressionCV's default
+# (Cs=10 -> np.logspace(-4, 4, 10)); ascending, so each fit warm-starts from the previous solution.
+C_GRID = tuple(float(c) for c in np.logspace(-4, 4, 10))
+# Ridge probe (STS-B and other score tasks): a log grid around scikit-learn RidgeCV's (0.1, 1, 10).
+ALPHA_GRID = tuple(float(a) for a in np.logspace(-2, 5, 8))
+# The validation split for the choice of C / alpha is carved from train with a fixed seed
+# (SentEval carves its dev split from train the same way, 10%).
+VALIDATION_FRACTION = 0.1
+PROBE_SEED = 0
+LOGREG_MAX_ITER = 1000
+# Weighted kNN of DINO (Caron et al. 2021): k = 20, votes weighted by exp(cosine / T), T = 0.07.
+KNN_K = 20
+KNN_TEMPERATURE = 0.07
+
+
+@dataclass
+class ProbeOutput:
+    predictions: np.ndarray
+    protocol: dict = field(default_factory=dict)
+
+
+def _carve_validation(y: np.ndarray, regression: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.arange(len(y))
+    stratify = None
+    if not regression:
+        _, counts = np.unique(y, return_counts=True)
+        n_val = int(round(len(y) * VALIDATION_FRACTION))
+        stratify = y if counts.min() >= 2 and n_val >= len(counts) else None
+    return train_test_split(idx, test_size=VALIDATION_FRACTION, random_state=seed, stratify=stratify)
+
+
+def _logreg(c: float) -> LogisticRegression:
+    return LogisticRegression(C=c, max_iter=LOGREG_MAX_ITER, warm_start=True)
+
+
+def linear_probe(
+    x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, *, regression: bool, select_metric: str, seed: int = PROBE_SEED
+) -> ProbeOutput:
+    """Standardise, choose C (alpha) on a validation split carved from train, refit on all of train."""
+    fit_idx, val_idx = _carve_validation(y_train, regression, seed)
+    scaler = StandardScaler().fit(x_train[fit_idx])
+    x_fit, x_val = scaler.transform(x_train[fit_idx]), scaler.transform(x_train[val_idx])
+    grid = ALPHA_GRID if regression else C_GRID
+    val_scores = []
+    model = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for value in grid:
+            if regression:
+                model = Ridge(alpha=value).fit(x_fit, y_train[fit_idx])
+            else:
+                model = model or _logreg(value)
+                model.set_params(C=value)
+                model.fit(x_fit, y_train[fit_idx])
+            val_scores.append(score(select_metric, y_train[val_idx], model.predict(x_val)))
+        best = grid[int(np.nanargmax(val_scores))]
+        scaler = StandardScaler().fit(x_train)
+        final = Ridge(alpha=best) if regression else LogisticRegression(C=best, max_iter=LOGREG_MAX_ITER)
+        final.fit(scaler.transform(x_train), y_train)
+    protocol = {
+        "classifier": "ridge" if regression else "logistic_regression",
+        "standardise": True,
+        "grid": list(grid),
+        "chosen": best,
+        "validation_scores": [round(v, 6) for v in val_scores],
+        "select_metric": select_metric,
+        "validation_fraction": VALIDATION_FRACTION,
+        "seed": seed,
+    }
+    return ProbeOutput(final.predict(scaler.transform(x_eval)), protocol)
+
+
+def _normalised(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32).copy()
+    faiss.normalize_L2(x)
+    return x
+
+
+def knn_search(x_train: np.ndarray, x_eval: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine neighbours: inner product over L2-normalised vectors (FAISS IndexFlatIP)."""
+    base = _normalised(x_train)
+    index = faiss.IndexFlatIP(base.shape[1])
+    index.add(base)
+    return index.search(_normalised(x_eval), min(k, len(base)))
+
+
+def knn_probe(
+    x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, *, regression: bool, num_classes: int | None = None,
+    k: int = KNN_K, temperature: float = KNN_TEMPERATURE,
+) -> ProbeOutput:  # fmt: skip
+    """Similarity-weighted kNN vote (classes) or weighted mean of the neighbours' scores (regression)."""
+    sims, idx = knn_search(x_train, x_eval, k)
+    # exp(sim / T), shifted by the row max for numerical safety (the shift cancels in the vote / mean)
+    weights = np.exp((sims - sims.max(axis=1, keepdims=True)) / temperature)
+    neighbour_labels = y_train[idx]
+    if regression:
+        predictions = (weights * neighbour_labels).sum(1) / weights.sum(1)
+    else:
+        votes = np.zeros((len(x_eval), num_classes), dtype=np.float64)
+        np.add.at(votes, (np.arange(len(x_eval))[:, None], neighbour_labels), weights)
+        predictions = votes.argmax(1)
+    protocol = {"index": "faiss.IndexFlatIP (L2-normalised: cosine)", "k": int(min(k, len(x_train))), "temperature": temperature, "weighting": "exp(cos/T)"}
+    return ProbeOutput(predictions, protocol)
+
+
+def cosine_similarity(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of two feature matrices: the zero-shot STS score."""
+    return (_normalised(u) * _normalised(v)).sum(1)
+
+
+def senteval_pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """SentEval's pair representation [u, v, |u - v|, u * v] (Conneau et al. 2017)."""
+    return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)

@@ -1,0 +1,143 @@
+"""Frozen features and probes with the real all-MiniLM-L6-v2 on the real data."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import metrics as skm
+
+from crossbert_eval import probes as P
+from crossbert_eval.encoders import EncoderError, FeatureCache, FrozenEncoder, pool
+from crossbert_eval.metrics import score
+from crossbert_eval.probe import ProbeRunner, ProbeSettings
+from crossbert_eval.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return FrozenEncoder.load("minilm", batch_size=128)
+
+
+def settings(tmp_path, **kw):
+    return ProbeSettings(results_dir=str(tmp_path / "results"), cache_dir=str(tmp_path / "features"), **kw)
+
+
+def test_zero_shot_sts13_matches_the_published_mteb_score(minilm, tmp_path):
+    """all-MiniLM-L6-v2 on MTEB STS13: cosine Spearman 80.60 (MTEB leaderboard). Our pipeline must agree."""
+    df = ProbeRunner(minilm, settings(tmp_path, tasks=["STS13"], probes=["cosine"])).run([get_task("STS13")])
+    main = df[df["is_main"]].iloc[0]
+    assert main["metric"] == "cosine_spearman" and main["value"] == pytest.approx(0.8060, abs=0.003)
+
+
+def test_every_layer_comes_from_one_pass_and_matches_hf(minilm):
+    texts = get_task("SST-2").load_split("validation").texts[:40]
+    feats = minilm.encode(texts, layers=minilm.layer_indices("all"), poolings=["mean", "cls", "max"])
+    assert len({l for l, _ in feats}) == 7  # embeddings + 6 blocks
+    import torch
+
+    batch = minilm.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        hidden = minilm.model(**batch, output_hidden_states=True).hidden_states
+    for layer in (0, 3, 6):
+        for p in ("mean", "cls", "max"):
+            want = pool(hidden[layer], batch["attention_mask"], p).numpy()
+            assert np.allclose(feats[(layer, p)], want, atol=1e-5), (layer, p)
+
+
+def test_pair_is_encoded_as_one_sequence(minilm):
+    split = get_task("MRPC").load_split("validation")
+    enc = minilm.tokenize(split.texts[:3], split.texts_pair[:3])
+    for ids, a, b in zip(enc["input_ids"], split.texts, split.texts_pair):
+        want = minilm.tokenizer.encode(a, b)
+        assert ids == want and ids.count(minilm.tokenizer.sep_token_id) == 2 and ids[0] == minilm.tokenizer.cls_token_id
+
+
+def test_senteval_pair_features():
+    u, v = np.array([[1.0, -2.0]]), np.array([[3.0, 1.0]])
+    assert P.senteval_pair_features(u, v).tolist() == [[1, -2, 3, 1, 2, 3, 3, -2]]
+
+
+def test_cache_key_changes_with_layer_pooling_and_model(minilm, tmp_path):
+    cache = FeatureCache(tmp_path)
+    keys = {
+        cache.path(cache.key(minilm, "digest", layer, pooling), "T/s/text")
+        for layer in (5, 6)
+        for pooling in ("mean", "cls")
+    }
+    assert len(keys) == 4
+    other = cache.key(minilm, "digest", 6, "mean") | {"model_fingerprint": "another-checkpoint"}
+    assert cache.path(other, "T/s/text") not in keys
+
+
+def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
+    task = get_task("WNLI")
+    first = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6"))
+    rows = first.run([task])
+    assert first.cache.misses == 4 and len(rows) == 4  # (train, dev) x 2 layers; 2 probes x 2 layers x 1 metric
+    again = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6"))
+    assert again.run([task])["value"].tolist() == rows["value"].tolist()
+    assert again.cache.misses == 0 and again.cache.hits == 0  # skipped: not even read
+    forced = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6", force=True))
+    assert forced.run([task])["value"].tolist() == rows["value"].tolist()
+    assert forced.cache.misses == 0 and forced.cache.hits > 0  # re-probed from cached features
+    stored = [json.loads(line) for line in (tmp_path / "results/results.jsonl").read_text().splitlines()]
+    assert len(stored) == 4  # the forced rerun replaced, not duplicated, its rows
+    row = stored[0]
+    for field in ("model", "model_fingerprint", "checkpoint_step", "layer", "pooling", "probe", "task", "split",
+                  "metric", "value", "seed", "protocol", "versions", "git_revision"):  # fmt: skip
+        assert field in row
+
+
+def test_linear_probe_metrics_are_glue_metrics(minilm, tmp_path):
+    """MRPC reports F1 of the positive class then accuracy; values equal scikit-learn on the predictions."""
+    task = get_task("MRPC")
+    runner = ProbeRunner(minilm, settings(tmp_path, tasks=["MRPC"], probes=["knn"]))
+    split = task.load_split("validation")
+    x_train = runner._probe_inputs(task, "train", task.load_split("train"), "knn", [6], ["mean"])[(6, "mean")]
+    x_dev = runner._probe_inputs(task, "validation", split, "knn", [6], ["mean"])[(6, "mean")]
+    out = P.knn_probe(x_train, task.load_split("train").labels, x_dev, regression=False, num_classes=2)
+    assert score("f1", split.labels, out.predictions) == skm.f1_score(split.labels, out.predictions)
+    assert score("f1", split.labels, out.predictions) != skm.f1_score(split.labels, out.predictions, average="macro")
+    assert score("matthews_corrcoef", split.labels, out.predictions) == skm.matthews_corrcoef(split.labels, out.predictions)
+    sts = get_task("STS-B").load_split("validation")
+    noisy = sts.labels + np.random.default_rng(0).normal(0, 1, len(sts))
+    assert score("spearman", sts.labels, noisy) == pytest.approx(stats.spearmanr(sts.labels, noisy).statistic)
+    assert score("pearson", sts.labels, noisy) == pytest.approx(stats.pearsonr(sts.labels, noisy).statistic)
+
+
+def test_faiss_knn_finds_the_exact_cosine_neighbours(minilm):
+    texts = get_task("TREC").load_split("test").texts
+    x = minilm.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]
+    sims, idx = P.knn_search(x[:400], x[400:], k=5)
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    brute = np.argsort(-(xn[400:] @ xn[:400].T), axis=1)[:, :5]
+    assert (idx == brute).mean() > 0.99  # ties aside
+
+
+def test_knn_regression_and_vote():
+    x_train = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    out = P.knn_probe(x_train, np.array([0, 0, 1]), np.array([[1.0, 0.05], [0.05, 1.0]]), regression=False, num_classes=2, k=3)
+    assert out.predictions.tolist() == [0, 1]
+    reg = P.knn_probe(x_train, np.array([5.0, 5.0, 1.0]), np.array([[0.0, 1.0]]), regression=True, k=3)
+    assert 1.0 <= reg.predictions[0] < 1.5
+
+
+def test_a_folder_that_is_not_an_encoder_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(EncoderError, match=r"config.json: not an encoder \(model_type 'gpt2'"):
+        FrozenEncoder.load(str(tmp_path))
+    with pytest.raises(EncoderError, match="not a model folder"):
+        FrozenEncoder.load(str(tmp_path.parent))
+
+
+def test_our_checkpoint_with_a_foreign_tokenizer_is_refused(tmp_path):
+    import crossbert_model as cm
+    from crossbert_model.data import DataError, minilm_path
+
+    cm.pretraining_model_for(cm.config_from_preset("nano", vocab_size=2048)).save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_path() / name, tmp_path / name)
+    with pytest.raises(DataError, match="tokenizer does not match the model config.*vocab_size: model 2048, tokenizer 30522"):
+        FrozenEncoder.load(str(tmp_path))

@@ -1,0 +1,131 @@
+"""Task files: every declared split of the real data parses to the counts of MANIFEST.md, and bad
+task files / data stop with messages that name the file, the line or field, and the expectation."""
+
+import csv
+import lzma
+
+import numpy as np
+import pytest
+
+from crossbert_eval.tasks import TaskDataMissing, TaskError, all_tasks, get_task, parse_task_file, resolve_tasks
+
+# (task, split) -> examples, from MANIFEST.md (MRPC train: the file holds 3,667 data lines + header)
+EXPECTED = {
+    ("CoLA", "train"): 8551, ("CoLA", "validation"): 1043, ("SST-2", "train"): 67349, ("SST-2", "validation"): 872,
+    ("SST-2", "test"): 1821, ("MRPC", "validation"): 408, ("RTE", "train"): 2490, ("RTE", "validation"): 277,
+    ("WNLI", "train"): 635, ("WNLI", "validation"): 71, ("QNLI", "validation"): 5463, ("STS-B", "train"): 5749,
+    ("STS-B", "validation"): 1500, ("STSBenchmark", "test"): 1379, ("SICK-R", "test"): 9840, ("STS12", "test"): 2358,
+    ("STS13", "test"): 1500, ("STS14", "test"): 3750, ("STS15", "test"): 3000, ("STS16", "test"): 1186,
+    ("TREC", "train"): 5452, ("TREC", "test"): 500, ("Banking77Classification", "train"): 10003,
+    ("Banking77Classification", "test"): 3080, ("EmotionClassification", "train"): 16000,
+    ("EmotionClassification", "test"): 2000, ("TweetSentimentExtractionClassification", "test"): 3534,
+    ("AmazonCounterfactualClassification", "train"): 4018, ("AmazonCounterfactualClassification", "test"): 670,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("task,split", sorted(EXPECTED))
+def test_real_splits_have_the_manifest_counts(real_data_root, task, split):
+    data = get_task(task).load_split(split)
+    assert len(data) == EXPECTED[(task, split)]
+    assert all(t.strip() for t in data.texts)
+
+
+def test_glue_reading_matches_an_independent_quote_free_reader(real_data_root):
+    """RTE dev: bare quotes must not merge lines, labels map entailment -> 0."""
+    with open(real_data_root / "glue/RTE/dev.tsv", encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    split = get_task("RTE").load_split("validation")
+    assert split.texts == [r[1] for r in rows] and split.texts_pair == [r[2] for r in rows]
+    assert split.labels.tolist() == [0 if r[3] == "entailment" else 1 for r in rows]
+
+
+def test_mrpc_bom_and_stsb_extra_fields_and_sick_crlf(real_data_root):
+    mrpc = get_task("MRPC").load_split("validation")
+    assert set(np.unique(mrpc.labels)) == {0, 1}
+    stsb = get_task("STS-B").load_split("train")  # 197 train lines carry 2 source fields
+    assert stsb.labels.min() >= 0 and stsb.labels.max() <= 5
+    sick = get_task("SICK-R").load_split("test")
+    assert not any("\r" in t for t in sick.texts_pair) and 1 <= sick.labels.min() and sick.labels.max() <= 5
+
+
+def test_sts_files_drop_pairs_without_gold_scores(real_data_root):
+    with lzma.open(real_data_root / "sts_semeval/2016/headlines.test.tsv.xz", "rt") as f:
+        lines = [line.split("\t") for line in f.read().splitlines()]
+    scored = sum(1 for parts in lines if parts[0].strip())
+    assert scored < len(lines)  # the file does hold unscored pairs
+    assert len(get_task("STS16").load_split("test")) == 1186
+
+
+def test_qnli_is_probe_only_with_a_fixed_holdout(real_data_root):
+    task = get_task("QNLI")
+    dev, train, test = (task.load_split(s) for s in ("validation", "holdout_train", "holdout_test"))
+    pairs = lambda split: sorted(zip(split.texts, split.texts_pair, split.labels.tolist()))  # noqa: E731
+    assert sorted(pairs(train) + pairs(test)) == pairs(dev)
+    assert abs(len(train) - len(test)) <= 1
+    assert task.train_split == "holdout_train" and task.eval_splits == ["holdout_test"]
+
+
+def test_missing_data_is_reported_with_where_it_looked(real_data_root):
+    with pytest.raises(TaskDataMissing, match=r"task MNLI .*looked for .*glue/MNLI/train.tsv"):
+        get_task("MNLI").load_split("train")
+
+
+def test_unknown_task_lists_the_known_ones():
+    with pytest.raises(TaskError, match=r"unknown task 'SST2'.*SST-2"):
+        get_task("SST2")
+
+
+def test_task_lookup_by_family_and_case():
+    assert [t.name for t in resolve_tasks("sts")] == sorted(t.name for t in all_tasks().values() if t.family == "sts")
+    assert get_task("sst-2").name == "SST-2"
+
+
+def _task_file(tmp_path, body: str, data: dict[str, str]):
+    folder = tmp_path / "data" / "toy"
+    folder.mkdir(parents=True)
+    for name, text in data.items():
+        (folder / name).write_text(text)
+    path = tmp_path / "Toy.yaml"
+    path.write_text(body)
+    return parse_task_file(path), tmp_path / "data"
+
+
+TOY = """
+name: Toy
+family: glue
+input: single
+target: class
+metrics: [accuracy]
+data: {local: toy, format: tsv, header: true}
+splits: {train: train.tsv, validation: dev.tsv}
+columns: {text: sentence, label: label}
+labels: [0, 1]
+"""
+
+
+def test_tsv_row_with_wrong_field_count_names_file_and_line(tmp_path):
+    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nbad\t0\textra\n", "dev.tsv": "sentence\tlabel\n"})
+    with pytest.raises(TaskError, match=r"train.tsv:3: expected 2 TSV fields \(sentence, label\), got 3"):
+        task.load_split("train", root)
+
+
+def test_empty_split_is_an_error(tmp_path):
+    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\nok\t1\n", "dev.tsv": "sentence\tlabel\n"})
+    with pytest.raises(TaskError, match=r"dev.tsv: split 'validation' of task Toy is empty"):
+        task.load_split("validation", root)
+
+
+def test_label_outside_the_mapping_names_line_and_column(tmp_path):
+    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\nok\t1\nodd\t2\n", "dev.tsv": "x"})
+    with pytest.raises(TaskError, match=r"train.tsv:3: label '2' in column 'label' is not in the task's label mapping \(0, 1\)"):
+        task.load_split("train", root)
+
+
+def test_class_task_without_labels_is_refused(tmp_path):
+    with pytest.raises(TaskError, match="a class task needs `labels`"):
+        _task_file(tmp_path, TOY.replace("labels: [0, 1]\n", ""), {})
+
+
+def test_unknown_task_field_is_refused(tmp_path):
+    with pytest.raises(TaskError, match=r"unknown field\(s\) lables"):
+        _task_file(tmp_path, TOY + "lables: [0, 1]\n", {})
