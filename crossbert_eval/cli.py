@@ -4,6 +4,7 @@
     crossbert presets [--seq-len 128]          size presets with parameter counts and FLOPs
     crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
     crossbert tasks                            the task files and whether their data is present
+    crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online)
 """
 
 from __future__ import annotations
@@ -49,9 +50,24 @@ def _probe(args: argparse.Namespace) -> None:
         pair_mode=args.pair_mode, k=args.k, temperature=args.temperature, seed=args.seed,
         results_dir=args.results, cache_dir=args.cache, force=args.force, data_root=args.data_root,
     )  # fmt: skip
-    df = probe_model(args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype)
-    print(summary_table(df))
+    runner = probe_model(args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype)
+    print(summary_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
+    for name, why in runner.missing.items():
+        print(f"MISSING DATA: {why}")
+    if runner.missing:
+        sys.exit(1)
+
+
+def _mteb(args: argparse.Namespace) -> None:
+    from crossbert_eval.mteb_runner import run_mteb
+
+    rows, table = run_mteb(
+        args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layer=args.layer, pooling=args.pooling,
+        out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
+        batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=args.data_root,
+    )  # fmt: skip
+    print(table)
 
 
 def _tasks(args: argparse.Namespace) -> None:
@@ -94,6 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
     p.set_defaults(func=_probe)
+
+    p = sub.add_parser("mteb", help="run mteb's own evaluators on a frozen encoder (local data by default)")
+    p.add_argument("model")
+    p.add_argument("--tasks", default=None, help="comma-separated MTEB task names")
+    p.add_argument("--benchmark", default=None, help="local-eng: every local MTEB task")
+    p.add_argument("--layer", default="last", help="last | N (0 = embedding output)")
+    p.add_argument("--pooling", default="mean", choices=["mean", "cls", "max"])
+    p.add_argument("--out", default="runs/mteb", help="run folder: mteb's result JSONs and caches")
+    p.add_argument("--results", default=None, help="results store (default: OUT/results)")
+    p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
+    p.add_argument("--no-feature-cache", action="store_true")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
+    p.add_argument("--data-root", default=None)
+    p.set_defaults(func=_mteb)
 
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
     p.add_argument("--data-root", default=None)

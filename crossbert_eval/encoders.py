@@ -250,15 +250,17 @@ class FeatureCache:
             "dtype": encoder.identity["features_dtype"],
         }
 
-    def path(self, key: dict, label: str) -> Path:
-        return self.root / key["model_fingerprint"] / label / f"L{key['layer']}-{key['pooling']}-{stable_hash(key, 12)}.npy"
+    def path(self, key: dict) -> Path:
+        """Content-addressed: the probe runner and the mteb runner share features of the same texts."""
+        return self.root / key["model_fingerprint"] / f"{key['texts']}-L{key['layer']}-{key['pooling']}-{stable_hash(key, 12)}.npy"
 
     def features(
         self, encoder: FrozenEncoder, texts, texts_pair, layers: list[int], poolings: list[str], label: str
     ) -> dict[tuple[int, str], np.ndarray]:
-        """Cached features, encoding (all missing layers in one pass) only what is not on disk yet."""
+        """Cached features, encoding (all missing layers in one pass) only what is not on disk yet.
+        `label` (task/split/view) only names the work in logs and progress bars."""
         digest = texts_digest(texts, texts_pair)
-        paths = {(l, p): self.path(self.key(encoder, digest, l, p), label) for l in layers for p in poolings}
+        paths = {(l, p): self.path(self.key(encoder, digest, l, p)) for l in layers for p in poolings}
         out = {k: np.load(p) for k, p in paths.items() if p.is_file()}
         self.hits += len(out)
         missing = [k for k in paths if k not in out]

@@ -21,7 +21,7 @@ from . import probes as P
 from .metrics import score
 from .encoders import FeatureCache, FrozenEncoder
 from .results import ResultsStore, unit_key
-from .tasks import Split, Task, resolve_tasks
+from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class ProbeRunner:
     def __init__(self, encoder: FrozenEncoder, settings: ProbeSettings):
         self.encoder, self.s = encoder, settings
         self.store = ResultsStore(settings.results_dir)
+        self.missing: dict[str, str] = {}  # task -> why its data could not be read
         self.cache = FeatureCache(settings.cache_dir)
         self.layers = encoder.layer_indices(settings.layers)
         for probe in settings.probes:
@@ -198,7 +199,11 @@ class ProbeRunner:
         bar = tqdm(total=total, desc=f"probing {self.encoder.name}", unit="unit", disable=None)
         started = time.perf_counter()
         for task in tasks:
-            self.run_task(task, bar)
+            try:
+                self.run_task(task, bar)
+            except TaskDataMissing as e:  # reported, never silently skipped
+                log.error("%s", e)
+                self.missing[task.name] = str(e)
         bar.close()
         keys = {u[-1] for t in tasks for u in self.plan(t)}
         df = self.store.dataframe()
@@ -221,7 +226,8 @@ def summary_table(df: pd.DataFrame) -> str:
     return table.round(2).to_string()
 
 
-def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 64, dtype: str = "auto") -> pd.DataFrame:
+def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 64, dtype: str = "auto") -> ProbeRunner:
     encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype)
-    tasks = resolve_tasks(settings.tasks)
-    return ProbeRunner(encoder, settings).run(tasks)
+    runner = ProbeRunner(encoder, settings)
+    runner.frame = runner.run(resolve_tasks(settings.tasks))
+    return runner

@@ -105,7 +105,7 @@ class Task:
 
     @property
     def default_probes(self) -> list[str]:
-        if self.probes:
+        if self.probes is not None:  # an explicit list, possibly empty (MTEB-only tasks)
             return list(self.probes)
         probes = []
         if self.train_split or self.holdout:
@@ -270,13 +270,14 @@ class Task:
         return len(set(self.label_mapping().values()))
 
     def _raw_train_labels(self) -> list:
-        if not self.train_split:
-            raise TaskError(f"{self.source_file}: labels: infer needs a train split")
-        files = self.splits[self.train_split]
+        """Raw label values of the train split (of every split when the task has none)."""
+        names = [self.train_split] if self.train_split in self.splits else list(self.splits)
         root = data_root(self._cache.get("root")) / self.data["local"]
         out = []
-        for f in files if isinstance(files, list) else [files]:
-            out.extend(str(r[self.columns["label"]]).strip() for _, r in self._read_rows(root / f))
+        for name in names:
+            files = self.splits[name]
+            for f in files if isinstance(files, list) else [files]:
+                out.extend(str(r[self.columns["label"]]).strip() for _, r in self._read_rows(root / f))
         return out
 
     def _label(self, raw, where: str, lineno: int):

@@ -62,13 +62,13 @@ def test_senteval_pair_features():
 def test_cache_key_changes_with_layer_pooling_and_model(minilm, tmp_path):
     cache = FeatureCache(tmp_path)
     keys = {
-        cache.path(cache.key(minilm, "digest", layer, pooling), "T/s/text")
+        cache.path(cache.key(minilm, "digest", layer, pooling))
         for layer in (5, 6)
         for pooling in ("mean", "cls")
     }
     assert len(keys) == 4
     other = cache.key(minilm, "digest", 6, "mean") | {"model_fingerprint": "another-checkpoint"}
-    assert cache.path(other, "T/s/text") not in keys
+    assert cache.path(other) not in keys
 
 
 def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
