@@ -8,7 +8,7 @@ RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
 ENV := $(OFFLINE) CROSSBERT_DATA_ROOT=$(DATA_ROOT)
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo reference test test-all bench clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +18,15 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 setup: $(VENV)/.installed
 
-# The main job. Until the sweep lands: a tiny flat MLM and a tiny CrossBERT on the Wikipedia corpus.
+# The main job: a small CPU scale sweep (3 sizes x 2 objectives) on the Wikipedia corpus, probes, plots, report.
+# Resumable: run it again after an interruption and it continues where it stopped.
 demo: setup
-	$(ENV) $(VENV)/bin/crossbert train configs/train/tiny_mlm.yaml out_dir=$(RUNS) data.cache_dir=$(RUNS)/cache
-	$(ENV) $(VENV)/bin/crossbert train configs/train/tiny_crossbert.yaml out_dir=$(RUNS) data.cache_dir=$(RUNS)/cache
+	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_small.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
+
+# Copy the main job's outputs (tables, plots, report; no checkpoints) to results/ as the reference run.
+reference:
+	mkdir -p results/cpu_small
+	cd $(RUNS)/sweeps/cpu_small && cp -r tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl $(CURDIR)/results/cpu_small/
 
 # The test suite CI runs (slow end-to-end tests excluded; about ten minutes at most on 2 cores).
 test: setup

@@ -5,6 +5,8 @@
     crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
     crossbert tasks                            the task files and whether their data is present
     crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online)
+    crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
+    crossbert report SWEEP_DIR                 rebuild a sweep's tables, plots and report
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ def _mteb(args: argparse.Namespace) -> None:
     print(table)
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from crossbert_model.args import load_config
+    from crossbert_eval.sweep import SweepConfig, run_sweep
+
+    root = run_sweep(load_config(SweepConfig, args.config, args.overrides))
+    print(f"report: {root / 'report.md'}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from crossbert_eval.report import build_report
+
+    print(build_report(args.sweep_dir))
+
+
 def _tasks(args: argparse.Namespace) -> None:
     from crossbert_eval.tasks import TaskError, all_tasks
 
@@ -103,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.07, help="kNN vote temperature (DINO: 0.07)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
     p.add_argument("--cache", default="runs/features", help="feature cache folder")
@@ -121,11 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
     p.add_argument("--data-root", default=None)
     p.set_defaults(func=_mteb)
+
+    p = sub.add_parser("sweep", help="a scale sweep: train every (objective, size, seed), probe every checkpoint, report")
+    p.add_argument("config", help="YAML sweep config (see configs/sweep/)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. budget_tokens=500000 sizes=[nano,tiny]")
+    p.set_defaults(func=_sweep)
+
+    p = sub.add_parser("report", help="rebuild tables, plots and report of a sweep folder")
+    p.add_argument("sweep_dir")
+    p.set_defaults(func=_report)
 
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
     p.add_argument("--data-root", default=None)

@@ -83,7 +83,9 @@ def resolve_model(spec: str) -> ModelSource:
             raise EncoderError(f"run folder {path} holds no complete checkpoint yet")
         log.info("model %s: using its latest checkpoint %s", path, latest[1].name)
         return _classify(latest[1], f"{path.name}")
-    return _classify(path, path.name)
+    # a checkpoint folder of one of our runs is named by its run: runs/<run>/checkpoints/step_N -> <run>
+    name = path.resolve().parent.parent.name if path.name.startswith("step_") and path.parent.name == "checkpoints" else path.name
+    return _classify(path, name)
 
 
 def _classify(folder: Path, name: str) -> ModelSource:
@@ -119,14 +121,19 @@ def _classify(folder: Path, name: str) -> ModelSource:
 
 
 class FrozenEncoder:
-    def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp):
+    def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp,
+                 max_batch_tokens: int):  # fmt: skip
         self.source, self.model, self.tokenizer = source, model, tokenizer
         self.max_length, self.batch_size, self.device, self.amp = max_length, batch_size, device, amp
+        self.max_batch_tokens = max_batch_tokens
         self.num_layers = model.config.num_hidden_layers  # transformer blocks; hidden states = num_layers + 1
         self.fingerprint = _weights_fingerprint(source.folder)
 
     @classmethod
-    def load(cls, spec: str, *, max_length: int = 128, batch_size: int = 64, dtype: str = "auto", device: str | None = None):
+    def load(
+        cls, spec: str, *, max_length: int = 128, batch_size: int = 256, dtype: str = "auto", device: str | None = None,
+        max_batch_tokens: int = 8192,
+    ):  # fmt: skip
         from transformers import AutoModel, AutoTokenizer
 
         quiet_transformers()
@@ -143,7 +150,8 @@ class FrozenEncoder:
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
-        return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev, amp=autocast_dtype(dtype, dev))
+        return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
+                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -180,6 +188,16 @@ class FrozenEncoder:
     def tokenize(self, texts: list[str], texts_pair: list[str] | None = None) -> dict:
         return self.tokenizer(texts, texts_pair, truncation=True, max_length=self.max_length, padding=False)
 
+    def _batches(self, order: np.ndarray, lengths: list[int]):
+        """Length-sorted batches of at most `batch_size` sequences and `max_batch_tokens` padded tokens:
+        short sentences go in big batches (fewer, larger matmuls), long ones in small batches."""
+        start = 0
+        while start < len(order):
+            width = lengths[order[start]]  # the longest of the batch: lengths are sorted descending
+            rows = max(1, min(self.batch_size, self.max_batch_tokens // max(width, 1)))
+            yield order[start : start + rows]
+            start += rows
+
     @torch.inference_mode()
     def encode(
         self, texts: list[str], texts_pair: list[str] | None = None, *, layers: list[int], poolings: list[str], desc: str = "encoding"
@@ -196,8 +214,7 @@ class FrozenEncoder:
         out = {(l, p): np.empty((len(ids), d), dtype=np.float32) for l in layers for p in poolings}
         pad = self.tokenizer.pad_token_id or 0
         bar = tqdm(total=len(ids), desc=desc, unit="seq", disable=None, leave=False)
-        for start in range(0, len(ids), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for rows in self._batches(order, [len(x) for x in ids]):
             width = max(len(ids[i]) for i in rows)
             input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
             attention = torch.zeros((len(rows), width), dtype=torch.long)

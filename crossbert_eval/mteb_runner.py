@@ -66,7 +66,12 @@ def _sentence_transformers_normalises(encoder: FrozenEncoder) -> bool:
     return any(m.get("type", "").endswith("models.Normalize") for m in json.loads(modules.read_text()))
 
 
-def make_mteb_encoder(encoder: FrozenEncoder, layer: int, pooling: str, cache: FeatureCache | None, normalize: bool | None = None):
+def make_mteb_encoder(
+    encoder: FrozenEncoder, layer: int, pooling: str, cache: FeatureCache | None, normalize: bool | None = None,
+    cache_layers: list[int] | None = None,
+):  # fmt: skip
+    """`cache_layers`: encode (and cache) these layers whenever texts are encoded, so that running
+    mteb again at another layer of the same checkpoint encodes nothing."""
     from mteb.models.abs_encoder import AbsEncoder
     from mteb.models.model_meta import ModelMeta
 
@@ -105,7 +110,8 @@ def make_mteb_encoder(encoder: FrozenEncoder, layer: int, pooling: str, cache: F
             texts = [t for batch in inputs for t in batch["text"]]
             label = f"mteb/{task_metadata.name}/{hf_subset}/{hf_split}"
             if self.cache is not None:
-                feats = self.cache.features(self.encoder, texts, None, [self.layer], [self.pooling], label)
+                layers = sorted(set(cache_layers or []) | {self.layer})
+                feats = self.cache.features(self.encoder, texts, None, layers, [self.pooling], label)
             else:
                 feats = self.encoder.encode(texts, layers=[self.layer], poolings=[self.pooling], desc=label)
             x = feats[(self.layer, self.pooling)]
@@ -303,22 +309,24 @@ def check_local_data(tasks: list, root=None) -> None:
 
 
 def run_mteb(
-    model: str, *, tasks: list[str], benchmark: str | None, layer: str = "last", pooling: str = "mean",
+    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str = "last", pooling: str = "mean",
     out_dir: str | Path = "runs/mteb", results_dir: str | None = None, feature_cache: str | None = "runs/features",
-    batch_size: int = 64, max_length: int = 128, overwrite: bool = False, data_root=None, normalize: bool | None = None,
+    batch_size: int = 256, max_length: int = 128, overwrite: bool = False, data_root=None, normalize: bool | None = None,
+    cache_layers: list[int] | None = None,
 ):  # fmt: skip
     """Run mteb on `model`; return (rows, table text). Rows also go to the results store."""
     out_dir = Path(out_dir)
     configure_offline(out_dir)
     import mteb
 
-    encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size)
+    encoder = model if isinstance(model, FrozenEncoder) else FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size)
     (layer_index,) = encoder.layer_indices(layer)
     task_objects = resolve_mteb_tasks(tasks, benchmark, data_root)
     if not task_objects:
         raise MtebError("no task given: use --tasks NAME[,NAME] or --benchmark local-eng")
     check_local_data(task_objects, data_root)
-    wrapped = make_mteb_encoder(encoder, layer_index, pooling, FeatureCache(feature_cache) if feature_cache else None, normalize)
+    cache = FeatureCache(feature_cache) if feature_cache else None
+    wrapped = make_mteb_encoder(encoder, layer_index, pooling, cache, normalize, cache_layers)
     result = mteb.evaluate(
         wrapped,
         task_objects,
@@ -374,6 +382,13 @@ def result_rows(result, encoder: FrozenEncoder, layer: int, pooling: str, normal
     return rows
 
 
+def published_score(task: str, model: str, split: str) -> float | None:
+    """The published score a task file records for this model (`reference_scores`), if any."""
+    local = all_tasks().get(task)
+    value = ((local.reference_scores if local else {}) or {}).get(model, {}).get(split)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def mteb_table(rows: list[dict]) -> str:
     import pandas as pd
 
@@ -381,11 +396,12 @@ def mteb_table(rows: list[dict]) -> str:
         return "(no results)"
     df = pd.DataFrame(rows)
     main = df[df["is_main"]]
-    # A task's score: its main metric on its last eval split (test), averaged over subsets.
-    per_task = main.groupby(["task_type", "task", "split", "metric"], as_index=False)["value"].mean()
-    lines = [f"{'type':15} {'task':42} {'split':11} {'metric':16} {'score':>7}"]
+    # A task's score: its main metric per split, averaged over subsets.
+    per_task = main.groupby(["model", "task_type", "task", "split", "metric"], as_index=False)["value"].mean()
+    lines = [f"{'type':15} {'task':40} {'split':11} {'metric':16} {'score':>7} {'published':>9}"]
     for r in per_task.itertuples():
-        lines.append(f"{r.task_type:15} {r.task:42} {r.split:11} {r.metric:16} {100 * r.value:7.2f}")
+        ref = published_score(r.task, r.model, r.split)
+        lines.append(f"{r.task_type:15} {r.task:40} {r.split:11} {r.metric:16} {100 * r.value:7.2f} {'' if ref is None else f'{100 * ref:9.2f}'}")
     headline = per_task.groupby("task").tail(1)  # the last split in sort order (test after validation)
     by_type = headline.groupby("task_type")["value"].mean()
     lines.append("")

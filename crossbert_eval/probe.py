@@ -19,7 +19,9 @@ from tqdm.auto import tqdm
 
 from . import probes as P
 from .metrics import score
-from .encoders import FeatureCache, FrozenEncoder
+from crossbert_model.utils import stable_hash
+
+from .encoders import FeatureCache, FrozenEncoder, texts_digest
 from .results import ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -43,6 +45,7 @@ class ProbeSettings:
     cache_dir: str = "runs/features"
     force: bool = False
     data_root: str | None = None
+    max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)
 
     def protocol_constants(self) -> dict:
         return {
@@ -52,6 +55,7 @@ class ProbeSettings:
             "seed": self.seed,
             "knn_k": self.k,
             "knn_temperature": self.temperature,
+            **({"max_train": self.max_train} if self.max_train else {}),  # only when subsampling
         }
 
 
@@ -66,6 +70,7 @@ class ProbeRunner:
         self.encoder, self.s = encoder, settings
         self.store = ResultsStore(settings.results_dir)
         self.missing: dict[str, str] = {}  # task -> why its data could not be read
+        self._digests: dict[tuple, str] = {}
         self.cache = FeatureCache(settings.cache_dir)
         self.layers = encoder.layer_indices(settings.layers)
         for probe in settings.probes:
@@ -79,13 +84,25 @@ class ProbeRunner:
     def _unit(self, task: Task, split: str, probe: str, layer: int, pooling: str) -> str:
         pair_mode = self.s.pair_mode if (task.is_pair and probe != "cosine") else None
         constants = self.s.protocol_constants()
-        names = {"cosine": (), "knn": ("knn_k", "knn_temperature"), "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed")}
-        protocol = {k: constants[k] for k in names[probe]}
+        names = {
+            "cosine": (),
+            "knn": ("knn_k", "knn_temperature", "max_train"),
+            "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed", "max_train"),
+        }
+        protocol = {k: constants[k] for k in names[probe] if k in constants}
         return unit_key(
             model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
             pair_mode=pair_mode, protocol=protocol, max_length=self.encoder.max_length,
-            dtype=self.encoder.identity["features_dtype"],
+            dtype=self.encoder.identity["features_dtype"], data=self._data_digest(task, split, probe),
         )  # fmt: skip
+
+    def _data_digest(self, task: Task, split: str, probe: str) -> str:
+        """What the unit was computed on: edited data files or task definitions give new units."""
+        key = (task.name, split, probe == "cosine")
+        if key not in self._digests:
+            parts = [task.load_split(split, self.s.data_root)] + ([self._train_split(task)] if probe != "cosine" else [])
+            self._digests[key] = stable_hash([[texts_digest(p.texts, p.texts_pair), stable_hash(p.labels.tolist())] for p in parts])
+        return self._digests[key]
 
     def plan(self, task: Task) -> list[tuple[str, str, int, str, str]]:
         """(probe, split, layer, pooling, unit key) for every applicable unit of this task."""
@@ -139,7 +156,7 @@ class ProbeRunner:
             probe_units = [u for u in todo if u[0] == probe]
             layers = sorted({u[2] for u in probe_units})
             poolings = list(dict.fromkeys(u[3] for u in probe_units))
-            train = task.load_split(train_name, root) if probe != "cosine" else None
+            train = self._train_split(task) if probe != "cosine" else None
             train_x = self._probe_inputs(task, train_name, train, probe, layers, poolings) if train is not None else None
             for split_name in dict.fromkeys(u[1] for u in probe_units):
                 split = task.load_split(split_name, root)
@@ -154,6 +171,18 @@ class ProbeRunner:
                     rows.extend(unit_rows)
                     bar.update(1)
         return rows
+
+    def _train_split(self, task: Task) -> Split:
+        split = task.load_split(task.train_split, self.s.data_root)
+        n = self.s.max_train
+        if not n or len(split) <= n:
+            return split
+        idx = np.sort(np.random.default_rng(self.s.seed).choice(len(split), n, replace=False))
+        return Split(
+            texts=[split.texts[i] for i in idx],
+            labels=split.labels[idx],
+            texts_pair=[split.texts_pair[i] for i in idx] if split.texts_pair is not None else None,
+        )
 
     def _fit(self, task: Task, probe: str, train, train_x, split: Split, eval_x, key) -> P.ProbeOutput:
         if probe == "cosine":
@@ -195,17 +224,20 @@ class ProbeRunner:
         ]
 
     def run(self, tasks: list[Task]) -> pd.DataFrame:
-        total = sum(len(self.plan(t)) for t in tasks)
-        bar = tqdm(total=total, desc=f"probing {self.encoder.name}", unit="unit", disable=None)
-        started = time.perf_counter()
+        plans = {}
         for task in tasks:
             try:
-                self.run_task(task, bar)
+                plans[task.name] = self.plan(task)
             except TaskDataMissing as e:  # reported, never silently skipped
                 log.error("%s", e)
                 self.missing[task.name] = str(e)
+        bar = tqdm(total=sum(map(len, plans.values())), desc=f"probing {self.encoder.name}", unit="unit", disable=None)
+        started = time.perf_counter()
+        for task in tasks:
+            if task.name in plans:
+                self.run_task(task, bar)
         bar.close()
-        keys = {u[-1] for t in tasks for u in self.plan(t)}
+        keys = {u[-1] for units in plans.values() for u in units}
         df = self.store.dataframe()
         df = df[df["unit"].isin(keys)] if len(df) else df
         log.info(
@@ -226,7 +258,7 @@ def summary_table(df: pd.DataFrame) -> str:
     return table.round(2).to_string()
 
 
-def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 64, dtype: str = "auto") -> ProbeRunner:
+def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 256, dtype: str = "auto") -> ProbeRunner:
     encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype)
     runner = ProbeRunner(encoder, settings)
     runner.frame = runner.run(resolve_tasks(settings.tasks))

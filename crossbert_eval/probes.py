@@ -5,6 +5,7 @@ Protocol constants are named once here, with their sources, and copied into ever
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -56,6 +57,7 @@ def linear_probe(
     x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, *, regression: bool, select_metric: str, seed: int = PROBE_SEED
 ) -> ProbeOutput:
     """Standardise, choose C (alpha) on a validation split carved from train, refit on all of train."""
+    started = time.perf_counter()
     fit_idx, val_idx = _carve_validation(y_train, regression, seed)
     scaler = StandardScaler().fit(x_train[fit_idx])
     x_fit, x_val = scaler.transform(x_train[fit_idx]), scaler.transform(x_train[val_idx])
@@ -73,6 +75,7 @@ def linear_probe(
                 model.fit(x_fit, y_train[fit_idx])
             val_scores.append(score(select_metric, y_train[val_idx], model.predict(x_val)))
         best = grid[int(np.nanargmax(val_scores))]
+        searched = time.perf_counter()
         scaler = StandardScaler().fit(x_train)
         final = Ridge(alpha=best) if regression else LogisticRegression(C=best, max_iter=LOGREG_MAX_ITER)
         final.fit(scaler.transform(x_train), y_train)
@@ -85,6 +88,8 @@ def linear_probe(
         "select_metric": select_metric,
         "validation_fraction": VALIDATION_FRACTION,
         "seed": seed,
+        "search_seconds": round(searched - started, 3),
+        "final_fit_seconds": round(time.perf_counter() - searched, 3),
     }
     return ProbeOutput(final.predict(scaler.transform(x_eval)), protocol)
 

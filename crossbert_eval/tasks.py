@@ -152,12 +152,20 @@ class Task:
         return self._to_split(rows, split, ", ".join(str(p) for p in paths))
 
     def _holdout_split(self, split: str, root) -> Split:
-        """A deterministic split of a source split (e.g. QNLI, whose only labelled file is dev)."""
+        """A deterministic split of a source split (e.g. QNLI, whose only labelled file is dev). With
+        `group: text` all pairs sharing a first text (QNLI: the question) land on the same side, so a
+        probe never meets a test question it was trained on."""
         h = self.holdout
         source = self.load_split(h["source"], root)
-        order = np.random.default_rng(h.get("seed", 0)).permutation(len(source))
-        n_test = int(round(len(source) * h["test_fraction"]))
-        idx = np.sort(order[:n_test] if split == h["test"] else order[n_test:])
+        rng = np.random.default_rng(h.get("seed", 0))
+        if h.get("group") == "text":
+            groups = list(dict.fromkeys(source.texts))
+            test_groups = set(rng.permutation(groups)[: int(round(len(groups) * h["test_fraction"]))])
+            in_test = np.array([t in test_groups for t in source.texts])
+        else:
+            in_test = np.zeros(len(source), dtype=bool)
+            in_test[rng.permutation(len(source))[: int(round(len(source) * h["test_fraction"]))]] = True
+        idx = np.flatnonzero(in_test if split == h["test"] else ~in_test)
         return Split(
             texts=[source.texts[i] for i in idx],
             labels=source.labels[idx],

@@ -28,12 +28,6 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def _nested_dataclass(tp: Any) -> type | None:
-    if dataclasses.is_dataclass(tp):
-        return tp
-    return None
-
-
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Check / convert a parsed YAML value against a field annotation (int -> float is allowed)."""
     origin = typing.get_origin(tp)
@@ -112,7 +106,7 @@ def _set_dotted(data: dict, key: str, value: Any, cls: type) -> None:
         if i == len(parts) - 1:
             node[part] = value
             return
-        sub_cls = _nested_dataclass(types_[part])
+        sub_cls = types_[part] if dataclasses.is_dataclass(types_[part]) else None
         if sub_cls is None:
             raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])} is not a section")
         node = node.setdefault(part, {})

@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from .config import CrossBertConfig
 from .model import PRETRAINING_CLASSES
@@ -83,17 +82,6 @@ def read_config(path: Path) -> CrossBertConfig:
             "(a checkpoint written by crossbert_model)"
         )
     return CrossBertConfig.from_dict(data)
-
-
-def load_model_weights(model, path: Path) -> None:
-    """Load `model.safetensors` into an already-built pre-training model, strictly."""
-    weights = Path(path) / "model.safetensors"
-    if not weights.is_file():
-        raise CheckpointError(f"{path}: no model.safetensors")
-    state = load_file(str(weights))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{weights}: does not fit the model (missing {missing[:5]}, unexpected {unexpected[:5]})")
 
 
 def load_optimizer_state(path: Path) -> dict | None:

@@ -5,6 +5,7 @@ Launched without torchrun everything here degrades to a single process with no p
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -43,7 +44,9 @@ def init_distributed() -> DistEnv:
     if cuda:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
+        # Generous timeout: rank 0 may tokenize a large corpus while the others wait at a barrier.
+        minutes = int(os.environ.get("CROSSBERT_DIST_TIMEOUT_MIN", "180"))
+        dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=minutes))
     return DistEnv(rank, world, local_rank, device)
 
 

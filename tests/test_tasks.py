@@ -61,7 +61,8 @@ def test_qnli_is_probe_only_with_a_fixed_holdout(real_data_root):
     dev, train, test = (task.load_split(s) for s in ("validation", "holdout_train", "holdout_test"))
     pairs = lambda split: sorted(zip(split.texts, split.texts_pair, split.labels.tolist()))  # noqa: E731
     assert sorted(pairs(train) + pairs(test)) == pairs(dev)
-    assert abs(len(train) - len(test)) <= 1
+    assert not set(train.texts) & set(test.texts)  # split by question: no question on both sides
+    assert 0.4 < len(test) / len(dev) < 0.6
     assert task.train_split == "holdout_train" and task.eval_splits == ["holdout_test"]
 
 

@@ -1,0 +1,52 @@
+"""Shared bits of the benchmark scripts: interleaved timing, table printing, JSON output."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from crossbert_model.utils import atomic_write_json, provenance, quiet_transformers, set_offline_env  # noqa: E402
+
+
+def setup() -> None:
+    set_offline_env()
+    quiet_transformers()
+
+
+def interleaved(contenders: dict, rounds: int) -> dict[str, list[float]]:
+    """Time each callable once per round, in turn (A B A B ...): slow phases of a shared machine hit all."""
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(times: dict[str, list[float]], baseline: str, name: str) -> float:
+    """Median over rounds of baseline time / contender time (>1: the contender is faster)."""
+    return statistics.median(b / c for b, c in zip(times[baseline], times[name]))
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c, "")
+            cells.append(f"{v:,.2f}" if isinstance(v, float) else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write(out: str | Path, name: str, rows: list[dict], table: str, **extra) -> None:
+    out = Path(out)
+    atomic_write_json(out / f"{name}.json", {"rows": rows, **extra, **provenance()})
+    (out / f"{name}.md").write_text(table + "\n")
+    print(table)
+    print(f"wrote {out / (name + '.json')}")

@@ -1,0 +1,252 @@
+"""Scale sweeps: objectives x sizes x seeds, trained on one budget, every checkpoint probed frozen.
+
+    crossbert sweep configs/sweep/cpu_small.yaml [key=value ...]
+    torchrun --nproc_per_node 8 -m crossbert_eval.sweep configs/sweep/gpu_base.yaml
+
+Order: runs are sorted by training cost, and each run is probed (final checkpoint first, then the
+earlier ones) as soon as it is trained, so partial results are useful early. Everything is resumable:
+a run's training resumes from its latest checkpoint, probe and mteb units already in the results
+store are skipped, and tables / plots / report are rebuilt from the store after every run.
+Under torchrun all ranks train; rank 0 alone probes, after the last run is trained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crossbert_model.args import deep_merge, dump_yaml, from_dict, load_config
+from crossbert_model.checkpoint import list_checkpoints
+from crossbert_model.config import config_from_preset, parameter_counts, training_flops_per_token
+from crossbert_model.train import TrainConfig
+from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, provenance, read_jsonl, set_offline_env
+
+log = logging.getLogger("crossbert.sweep")
+
+
+@dataclass
+class ObjectiveSpec:
+    name: str
+    objective: str  # mlm | crossbert
+    mask_ratio: float | None = None
+    complementary_masking: bool = True
+
+
+@dataclass
+class SweepConfig:
+    name: str = "sweep"
+    out_dir: str = "runs/sweeps"
+    sizes: list[str] = field(default_factory=lambda: ["nano", "tiny", "mini"])
+    objectives: list[ObjectiveSpec] = field(
+        default_factory=lambda: [ObjectiveSpec("mlm", "mlm", 0.15), ObjectiveSpec("crossbert", "crossbert", 0.5, True)]
+    )
+    seeds: list[int] = field(default_factory=lambda: [0])
+    budget: str = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
+    budget_tokens: int = 2_000_000
+    budget_flops: float | None = None
+    checkpoint_fractions: list[float] = field(default_factory=lambda: [0.5, 1.0])
+    train: dict = field(default_factory=dict)  # nested overrides of TrainConfig for every run
+    size_overrides: dict = field(default_factory=dict)  # {preset: {nested TrainConfig overrides}}
+    probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
+    probes: list[str] = field(default_factory=lambda: ["linear", "knn"])
+    probe_layers: str = "all"  # for final checkpoints
+    intermediate_layers: str = "last"  # for the earlier checkpoints (probe score along training)
+    poolings: list[str] = field(default_factory=lambda: ["mean"])
+    max_probe_train: int | None = None  # seeded subsample of each probe's train split
+    mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
+    mteb_layers: str = "last"
+    batch_size: int = 128  # encoding
+    data_root: str | None = None
+
+    @property
+    def root(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+
+@dataclass
+class RunSpec:
+    objective: ObjectiveSpec
+    size: str
+    seed: int
+    train: TrainConfig
+
+    @property
+    def key(self) -> str:
+        return f"{self.objective.name}-{self.size}-s{self.seed}"
+
+
+def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
+    """Every (objective, size, seed) with its resolved training config, cheapest first."""
+    if cfg.budget not in ("tokens", "flops"):
+        raise ValueError(f"sweep field 'budget': expected 'tokens' or 'flops', got {cfg.budget!r}")
+    if cfg.budget == "flops" and not cfg.budget_flops:
+        raise ValueError("sweep field 'budget_flops' must be set when budget=flops")
+    runs = []
+    for size in cfg.sizes:
+        for obj in cfg.objectives:
+            for seed in cfg.seeds:
+                data = deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {}))
+                data = deep_merge(data, {
+                    "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
+                    "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
+                              "complementary_masking": obj.complementary_masking},
+                })  # fmt: skip
+                tc = from_dict(TrainConfig, data)
+                flops_per_token = training_flops_per_token(_shape(tc), tc.data.seq_len)
+                tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
+                tc.max_tokens = None
+                tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
+                tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
+                tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
+                runs.append(RunSpec(obj, size, seed, tc))
+    return sorted(runs, key=lambda r: training_flops_per_token(_shape(r.train), r.train.data.seq_len) * r.train.steps)
+
+
+def _shape(tc: TrainConfig):
+    m = tc.model
+    return config_from_preset(
+        m.preset, objective=m.objective, mask_ratio=m.mask_ratio, complementary_masking=m.complementary_masking,
+        predictor_layers=m.predictor_layers, vocab_size=tc.data.vocab_size,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+class Sweep:
+    def __init__(self, cfg: SweepConfig):
+        self.cfg = cfg
+        self.root = cfg.root
+        self.runs = plan_runs(cfg)
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.results_dir = self.root / "results"
+        self.checkpoints_file = self.root / "checkpoints.jsonl"
+
+    @contextlib.contextmanager
+    def timed(self, stage: str, run: RunSpec, **extra):
+        """Wall time of each stage of the sweep, for the report and the end-to-end benchmark."""
+        started = time.perf_counter()
+        yield
+        if not self.rank:
+            row = {"stage": stage, "run": run.key, "seconds": round(time.perf_counter() - started, 2), **extra}
+            append_jsonl(self.root / "timings.jsonl", [row])
+
+    def write_manifest(self) -> None:
+        if self.rank:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.root / "sweep.yaml", dump_yaml(self.cfg))
+        plan = [{"run": r.key, "objective": r.objective.name, "size": r.size, "seed": r.seed, "steps": r.train.steps,
+                 "checkpoint_steps": r.train.checkpoint_steps, "batch_size": r.train.batch_size,
+                 "seq_len": r.train.data.seq_len} for r in self.runs]  # fmt: skip
+        atomic_write_json(self.root / "plan.json", {"runs": plan, **provenance()})
+
+    def train_run(self, run: RunSpec) -> None:
+        from crossbert_model.train import train
+
+        done = [s for s, _ in list_checkpoints(run.train.run_dir)]
+        if run.train.steps in done:
+            log.info("sweep %s: %s already trained (%d steps)", self.cfg.name, run.key, run.train.steps)
+            return
+        log.info("sweep %s: training %s (%d steps)", self.cfg.name, run.key, run.train.steps)
+        with self.timed("train", run, steps=run.train.steps):
+            train(run.train)
+
+    def probe_run(self, run: RunSpec) -> None:
+        """Probe and mteb every checkpoint of a run: the final one first (all layers), then the others."""
+        from crossbert_eval.encoders import FrozenEncoder
+        from crossbert_eval.mteb_runner import run_mteb
+        from crossbert_eval.probe import ProbeRunner, ProbeSettings
+        from crossbert_eval.tasks import resolve_tasks
+
+        checkpoints = [(s, p) for s, p in list_checkpoints(run.train.run_dir) if s in run.train.checkpoint_steps]
+        for step, path in sorted(checkpoints, reverse=True):
+            final = step == run.train.steps
+            encoder = FrozenEncoder.load(str(path), batch_size=self.cfg.batch_size)
+            self._record_checkpoint(run, step, path, encoder)
+            if self.cfg.probe_tasks:
+                settings = ProbeSettings(
+                    tasks=self.cfg.probe_tasks, probes=self.cfg.probes,
+                    layers=self.cfg.probe_layers if final else self.cfg.intermediate_layers, poolings=self.cfg.poolings,
+                    results_dir=str(self.results_dir), cache_dir=str(self.root / "features"),
+                    max_train=self.cfg.max_probe_train, data_root=self.cfg.data_root,
+                )  # fmt: skip
+                runner = ProbeRunner(encoder, settings)
+                with self.timed("probe", run, step=step):
+                    runner.run(resolve_tasks(self.cfg.probe_tasks))
+                if runner.missing:
+                    raise RuntimeError(f"sweep {self.cfg.name}: probe task data missing: {runner.missing}")
+            layers = encoder.layer_indices(self.cfg.mteb_layers if final else self.cfg.intermediate_layers)
+            for layer in layers if self.cfg.mteb_tasks else []:
+                with self.timed("mteb", run, step=step, layer=layer):
+                    run_mteb(
+                        encoder, tasks=self.cfg.mteb_tasks, benchmark=None, layer=str(layer), pooling=self.cfg.poolings[0],
+                        out_dir=self.root / "mteb", results_dir=str(self.results_dir),
+                        feature_cache=str(self.root / "features"), batch_size=self.cfg.batch_size, data_root=self.cfg.data_root,
+                        cache_layers=layers,
+                    )  # fmt: skip
+
+    def _record_checkpoint(self, run: RunSpec, step: int, path: Path, encoder) -> None:
+        known = {(r["run"], r["step"]) for r in read_jsonl(self.checkpoints_file)}
+        if (run.key, step) in known:
+            return
+        state = json.loads((path / "trainer_state.json").read_text())
+        config = encoder.model.config
+        counts = parameter_counts(config)
+        row = {
+            "run": run.key, "objective": run.objective.name, "size": run.size, "seed": run.seed, "step": step,
+            "total_steps": run.train.steps, "checkpoint": str(path), "model_fingerprint": encoder.fingerprint,
+            "params_non_embedding": counts["encoder_non_embedding"], "params_encoder": counts["encoder"],
+            "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
+            "corpus_tokens": state["corpus_tokens"], "train_flops": state["train_flops"],
+            "val_loss": (state.get("metrics") or {}).get("val_loss"), "val_ppl": (state.get("metrics") or {}).get("val_ppl"),
+        }  # fmt: skip
+        append_jsonl(self.checkpoints_file, [row])
+
+    def report(self) -> None:
+        from crossbert_eval.report import build_report
+
+        with self.timed("report", self.runs[-1]):
+            build_report(self.root)
+
+    def run(self) -> Path:
+        self.write_manifest()
+        distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        for i, run in enumerate(self.runs, 1):
+            log.info("sweep %s: run %d/%d %s", self.cfg.name, i, len(self.runs), run.key)
+            self.train_run(run)
+            if not distributed:
+                self.probe_run(run)
+                self.report()
+        if distributed:
+            if self.rank:
+                return self.root
+            for run in self.runs:
+                self.probe_run(run)
+            self.report()
+        log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
+        return self.root
+
+
+def run_sweep(cfg: SweepConfig) -> Path:
+    set_offline_env()
+    return Sweep(cfg).run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    path, overrides = (argv[0], argv[1:]) if argv and "=" not in argv[0] else (None, argv)
+    run_sweep(load_config(SweepConfig, path, overrides))
+
+
+if __name__ == "__main__":
+    main()
+

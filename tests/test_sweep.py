@@ -1,0 +1,85 @@
+"""The sweep: planning by budget, and a killed sweep that resumes to the same final tables."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from crossbert_model.args import dump_yaml, load_config
+from crossbert_eval.sweep import SweepConfig, plan_runs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tiny_sweep(tmp_path: Path, corpus_args, name: str) -> Path:
+    cfg = SweepConfig(
+        name=name, out_dir=str(tmp_path), sizes=["nano"], budget_tokens=16 * 8 * 64,
+        train={"batch_size": 8, "eval_every": 8, "eval_sequences": 16, "dtype": "fp32", "num_threads": 1,
+               "data": {"corpus": corpus_args.corpus, "vocab_size": corpus_args.vocab_size, "seq_len": corpus_args.seq_len,
+                        "max_documents": corpus_args.max_documents, "val_fraction": corpus_args.val_fraction,
+                        "cache_dir": corpus_args.cache_dir},
+               "optim": {"warmup_steps": 4}},
+        probe_tasks=["SST-2", "STS-B"], max_probe_train=400, mteb_tasks=["STS16"], mteb_layers="all",
+    )  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_yaml(cfg))
+    return path
+
+
+def _run(config: Path, **popen):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "crossbert_eval.sweep", str(config)], env=env, **popen)
+
+
+def _final_scores(root: Path) -> pd.DataFrame:
+    df = pd.read_csv(root / "tables" / "scores.csv")
+    cols = ["run", "step", "task", "probe", "split", "layer", "metric", "value"]
+    return df[cols].sort_values(cols[:-1]).reset_index(drop=True)
+
+
+def test_killed_sweep_resumes_to_the_tables_of_an_uninterrupted_one(tmp_path, corpus_args, corpus):
+    straight = tiny_sweep(tmp_path, corpus_args, "straight")
+    assert _run(straight, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait(timeout=900) == 0
+
+    killed = tiny_sweep(tmp_path, corpus_args, "killed")
+    proc = _run(killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second_run_metrics = tmp_path / "killed" / "runs"
+    deadline = time.time() + 600
+    # kill while the SECOND run trains: the first is trained and probed, the second half-way
+    while time.time() < deadline:
+        started = [p for p in second_run_metrics.glob("*/metrics.jsonl") if p.stat().st_size > 0]
+        if len(started) == 2 and (tmp_path / "killed" / "results" / "results.jsonl").exists():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _run(killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait(timeout=900) == 0
+    pd.testing.assert_frame_equal(_final_scores(tmp_path / "killed"), _final_scores(tmp_path / "straight"))
+    for name in ("collapse", "layerwise", "training", "loss_vs_probe"):
+        assert (tmp_path / "killed" / "plots" / f"{name}.png").exists()
+    assert "## Final checkpoints by size" in (tmp_path / "killed" / "report.md").read_text()
+
+
+def test_plans_give_every_run_the_same_token_budget_cheapest_first():
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
+    runs = plan_runs(cfg)
+    assert len(runs) == 6 and {r.size for r in runs} == {"nano", "tiny", "mini"}
+    assert len({r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs}) == 1
+    assert runs[0].size == "nano" and runs[-1].size == "mini"
+    assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
+
+
+def test_compute_budget_gives_bigger_models_fewer_tokens():
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14"])
+    tokens = {(r.objective.name, r.size): r.train.steps for r in plan_runs(cfg)}
+    assert tokens[("mlm", "nano")] > tokens[("mlm", "tiny")] > tokens[("mlm", "mini")]
+
+
+@pytest.mark.parametrize("config", sorted((REPO / "configs/sweep").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_sweep_config_resolves(config):
+    assert plan_runs(load_config(SweepConfig, config))
