@@ -20,9 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from .encoders import FeatureCache, FrozenEncoder
 from .results import ResultsStore, unit_key
@@ -327,15 +329,19 @@ def run_mteb(
     check_local_data(task_objects, data_root)
     cache = FeatureCache(feature_cache) if feature_cache else None
     wrapped = make_mteb_encoder(encoder, layer_index, pooling, cache, normalize, cache_layers)
-    result = mteb.evaluate(
-        wrapped,
-        task_objects,
-        cache=mteb.ResultCache(cache_path=out_dir),
-        overwrite_strategy="always" if overwrite else "only-missing",
-        encode_kwargs={"batch_size": batch_size},
-        co2_tracker=False,
-        show_progress_bar=False,
-    )
+    with warnings.catch_warnings():
+        # mteb's logistic regression (max_iter=100, its protocol) warns on every fit for unnormalised
+        # features of small models; the warning changes nothing and buries the log.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        result = mteb.evaluate(
+            wrapped,
+            task_objects,
+            cache=mteb.ResultCache(cache_path=out_dir),
+            overwrite_strategy="always" if overwrite else "only-missing",
+            encode_kwargs={"batch_size": batch_size},
+            co2_tracker=False,
+            show_progress_bar=False,
+        )
     meta = wrapped.mteb_model_meta
     rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects})
     store = ResultsStore(results_dir or out_dir / "results")

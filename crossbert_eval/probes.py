@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
+from scipy.linalg import LinAlgWarning
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import train_test_split
@@ -66,6 +67,7 @@ def linear_probe(
     model = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", LinAlgWarning)  # ridge at the small-alpha end of the grid
         for value in grid:
             if regression:
                 model = Ridge(alpha=value).fit(x_fit, y_train[fit_idx])

@@ -162,60 +162,46 @@ def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "loss_vs_probe")
 
 
-def plot_layerwise(scores: pd.DataFrame, out: Path) -> list[Path]:
+def _panel_grid(df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str) -> list[Path]:
+    """One panel per (task, probe); a line per (objective, size): colour = objective, opacity = size;
+    error bars = std over seeds when there are several."""
     plt = _pyplot()
-    final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
-    panels = sorted(final.groupby(["task", "probe"]).groups)
-    if not panels or final["layer"].nunique() < 2:
+    panels = sorted(df.groupby(["task", "probe"]).groups)
+    if not panels or df[x].nunique() < 2:
         return []
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, layout="constrained")
-    sizes = list(dict.fromkeys(final.sort_values("params_non_embedding")["size"]))
+    sizes = list(dict.fromkeys(df.sort_values("params_non_embedding")["size"]))
     for ax, (task, probe) in zip(axes.flat, panels):
-        sub = final[(final["task"] == task) & (final["probe"] == probe)]
+        sub = df[(df["task"] == task) & (df["probe"] == probe)]
         for (objective, size), line in sub.groupby(["objective", "size"]):
-            line = line.groupby("relative_depth", as_index=False)["score"].agg(["mean", "std"]).reset_index()
+            line = line.groupby(x)["score"].agg(["mean", "std"]).reset_index()
+            err = line["std"] if line["std"].notna().any() else None
             alpha = 0.35 + 0.65 * (sizes.index(size) + 1) / len(sizes)
-            ax.errorbar(line["relative_depth"], line["mean"], yerr=line["std"].fillna(0) if line["std"].notna().any() else None,
-                        marker="o", ms=3, color=_color(objective), alpha=alpha, label=f"{objective} {size}")  # fmt: skip
-        metric = sub["metric"].iloc[0]
-        ax.set_title(f"{task} - {probe} ({metric})", fontsize=9)
-        ax.set_xlabel("relative depth (layer / layers; 0 = embeddings)")
+            ax.errorbar(line[x], line["mean"], yerr=err, marker="o", ms=3, capsize=2, color=_color(objective), alpha=alpha,
+                        label=f"{objective} {size}")  # fmt: skip
+        ax.set_title(f"{task} - {probe} ({sub['metric'].iloc[0]})", fontsize=9)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("score (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle("Layer-wise frozen probe score (final checkpoints)")
-    return _save(fig, out, "layerwise")
+    fig.suptitle(title)
+    return _save(fig, out, name)
+
+
+def plot_layerwise(scores: pd.DataFrame, out: Path) -> list[Path]:
+    final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
+    return _panel_grid(final, "relative_depth", "relative depth (layer / layers; 0 = embeddings)",
+                       "Layer-wise frozen probe score (final checkpoints)", out, "layerwise")  # fmt: skip
 
 
 def plot_training(scores: pd.DataFrame, out: Path) -> list[Path]:
-    plt = _pyplot()
     last = _headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
-    panels = sorted(last.groupby(["task", "probe"]).groups)
-    if not panels or last["step"].nunique() < 2:
-        return []
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, layout="constrained")
-    sizes = list(dict.fromkeys(last.sort_values("params_non_embedding")["size"]))
-    for ax, (task, probe) in zip(axes.flat, panels):
-        sub = last[(last["task"] == task) & (last["probe"] == probe)]
-        for (objective, size), line in sub.groupby(["objective", "size"]):
-            line = line.groupby("corpus_tokens", as_index=False)["score"].mean()
-            alpha = 0.35 + 0.65 * (sizes.index(size) + 1) / len(sizes)
-            ax.plot(line["corpus_tokens"], line["score"], marker="o", ms=3, color=_color(objective), alpha=alpha, label=f"{objective} {size}")
-        ax.set_title(f"{task} - {probe}", fontsize=9)
-        ax.set_xlabel("training tokens (corpus tokens read)")
-        ax.set_ylabel("score (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.axis("off")
-    fig.suptitle("Frozen probe score along training (last layer)")
-    return _save(fig, out, "training")
+    return _panel_grid(last, "corpus_tokens", "training tokens (corpus tokens read)",
+                       "Frozen probe score along training (last layer)", out, "training")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
