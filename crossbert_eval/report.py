@@ -255,8 +255,10 @@ def render_markdown(root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scor
     layer_best = (
         _headline_split(scores[scores["is_main"] & scores["is_final"]])
         .groupby(["objective", "size", "task", "probe"], as_index=False)
-        .apply(lambda g: pd.Series({"last_layer": g.loc[g["layer"].idxmax(), "score"], "best_layer": int(g.loc[g["score"].idxmax(), "layer"]), "best": g["score"].max()}), include_groups=False)
+        .apply(lambda g: pd.Series({"last_layer": g.loc[g["layer"].idxmax(), "score"], "best_layer": g.loc[g["score"].idxmax(), "layer"], "best": g["score"].max()}), include_groups=False)
     )
+    if len(layer_best):
+        layer_best["best_layer"] = layer_best["best_layer"].astype(int)
     parts = [
         f"# Sweep report: {root.name}",
         "",

@@ -106,11 +106,17 @@ def _set_dotted(data: dict, key: str, value: Any, cls: type) -> None:
         if i == len(parts) - 1:
             node[part] = value
             return
-        sub_cls = types_[part] if dataclasses.is_dataclass(types_[part]) else None
-        if sub_cls is None:
+        field_type = types_[part]
+        if typing.get_origin(field_type) is dict or field_type is dict:  # free-form mapping: nest the rest as is
+            node = node.setdefault(part, {})
+            for sub in parts[i + 1 : -1]:
+                node = node.setdefault(sub, {})
+            node[parts[-1]] = value
+            return
+        if not dataclasses.is_dataclass(field_type):
             raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])} is not a section")
         node = node.setdefault(part, {})
-        node_cls = sub_cls
+        node_cls = field_type
 
 
 def parse_overrides(overrides: list[str], cls: type) -> dict:

@@ -368,6 +368,10 @@ class Trainer:
         self.model.train()
         views = self.model_config.num_views
         bar = tqdm(total=self.total_steps, initial=self.start_step, desc=f"train {cfg.name}", disable=not env.is_main or None)
+        if self.start_step == 0:
+            initial = self.evaluate()  # the untrained model: where the validation curve starts
+            if initial and env.is_main:
+                append_jsonl(self.run_dir / "metrics.jsonl", [{"step": 0, "corpus_tokens": 0, **initial}])
         window_start, window_tokens = time.perf_counter(), 0
         progress_every = max(cfg.log_every, (self.total_steps // 20) // cfg.log_every * cfg.log_every)
         for step in range(self.start_step, self.total_steps):

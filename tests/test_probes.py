@@ -141,3 +141,16 @@ def test_our_checkpoint_with_a_foreign_tokenizer_is_refused(tmp_path):
         shutil.copy(minilm_path() / name, tmp_path / name)
     with pytest.raises(DataError, match="tokenizer does not match the model config.*vocab_size: model 2048, tokenizer 30522"):
         FrozenEncoder.load(str(tmp_path))
+
+
+def test_token_budget_batches_give_the_same_features_in_input_order(minilm):
+    texts = get_task("TREC").load_split("test").texts[:120]
+    whole = minilm.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]
+    budget, minilm.max_batch_tokens = minilm.max_batch_tokens, 100  # a handful of sentences per batch
+    try:
+        batched = minilm.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]
+    finally:
+        minilm.max_batch_tokens = budget
+    assert np.allclose(whole, batched, atol=1e-5)
+    single = minilm.encode(texts[7:8], layers=[6], poolings=["mean"])[(6, "mean")]
+    assert np.allclose(whole[7], single[0], atol=1e-5)  # row i of the output is text i

@@ -83,3 +83,11 @@ def test_compute_budget_gives_bigger_models_fewer_tokens():
 @pytest.mark.parametrize("config", sorted((REPO / "configs/sweep").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_sweep_config_resolves(config):
     assert plan_runs(load_config(SweepConfig, config))
+
+
+def test_overrides_reach_into_the_free_form_train_section():
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["train.data.cache_dir=/tmp/x", "train.optim.lr=3e-4"])
+    assert cfg.train["data"]["cache_dir"] == "/tmp/x" and cfg.train["data"]["seq_len"] == 128
+    runs = plan_runs(cfg)
+    assert {r.train.data.cache_dir for r in runs} == {"/tmp/x"}
+    assert {r.train.optim.lr for r in runs if r.size != "mini"} == {3e-4}  # size_overrides still win for mini

@@ -32,7 +32,7 @@ def tiny_config(corpus_args, out_dir, objective="crossbert", **kw) -> TrainConfi
 
 
 def losses(run_dir: Path) -> list[float]:
-    return [row["loss"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+    return [row["loss"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
 
 
 @pytest.mark.parametrize("objective", ["mlm", "crossbert"])
@@ -65,7 +65,9 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     saved = (run_dir / "config.yaml").read_text()
     assert "preset: nano" in saved
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {"loss", "corpus_tokens_per_s", "mfu"} <= set(metrics[0]) and "val_ppl" in metrics[-1]
+    assert metrics[0]["step"] == 0 and "val_loss" in metrics[0]  # the untrained model's validation loss
+    assert {"loss", "corpus_tokens_per_s", "mfu"} <= set(metrics[1]) and "val_ppl" in metrics[-1]
+    assert metrics[-1]["val_loss"] < metrics[0]["val_loss"]
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
