@@ -8,7 +8,7 @@ RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
 ENV := $(OFFLINE) CROSSBERT_DATA_ROOT=$(DATA_ROOT)
 
-.PHONY: setup demo reference test test-all bench clean
+.PHONY: setup demo reference test test-all bench bench-main-job clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ demo: setup
 # Copy the main job's outputs (tables, plots, report; no checkpoints) to results/ as the reference run.
 reference:
 	mkdir -p results/cpu_small
-	cd $(RUNS)/sweeps/cpu_small && cp -r tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl $(CURDIR)/results/cpu_small/
+	cd $(RUNS)/sweeps/cpu_small && cp -r tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/cpu_small/
 
 # The test suite CI runs (slow end-to-end tests excluded; about ten minutes at most on 2 cores).
 test: setup
@@ -35,8 +35,19 @@ test: setup
 test-all: setup
 	$(ENV) $(PY) -m pytest -q -m ""
 
+# Speed against named baselines, one run per comparison (about 30 minutes on 2 cores); tables in runs/bench/.
+BENCH := $(ENV) $(PY)
 bench: setup
-	$(ENV) $(PY) bench/train_throughput.py --out $(RUNS)/bench
+	$(BENCH) bench/train_throughput.py --out $(RUNS)/bench --cache-dir $(RUNS)/cache
+	$(BENCH) bench/feature_extraction.py --out $(RUNS)/bench
+	$(BENCH) bench/knn.py --out $(RUNS)/bench --cache $(RUNS)/features
+	$(BENCH) bench/linear_probe.py --out $(RUNS)/bench
+	$(BENCH) bench/mteb_stage.py --out $(RUNS)/bench --cache $(RUNS)/features
+
+# The main job timed end to end from a fresh folder (about 45 minutes), per stage.
+bench-main-job: setup
+	rm -rf $(RUNS)/bench/main_job
+	$(BENCH) bench/main_job.py --run-dir $(RUNS)/bench/main_job --out $(RUNS)/bench
 
 clean:
 	rm -rf $(RUNS)

@@ -38,7 +38,8 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     for r in rows:
         cells = []
         for c in columns:
-            v = r.get(c, "")
+            v = r.get(c)
+            v = "" if v is None else v
             cells.append(f"{v:,.2f}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

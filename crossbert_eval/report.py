@@ -104,6 +104,20 @@ def _lines(ax, table: pd.DataFrame, x: str, y: str, label_fmt="{objective}") -> 
         ax.errorbar(sub[x], sub[y], yerr=err if has_err else None, marker="o", capsize=3, color=_color(objective), label=label_fmt.format(objective=objective))
         for _, row in sub.iterrows():
             ax.annotate(row["size"], (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
+    ax.margins(x=0.08, y=0.12)  # room for the size labels inside the frame
+
+
+def _log_x(ax) -> None:
+    """Log x axis (call after plotting), labelled at 1 and 3 x 10^k when it spans under 3 decades, so a
+    short axis still gets several labels; minor-tick labels (2x10^12, 3x10^12, ...) would overlap."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    if math.log10(high / low) < 3:
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
+        ax.xaxis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _pyplot():
@@ -128,7 +142,7 @@ def plot_collapse(sizes: pd.DataFrame, out: Path) -> list[Path]:
                                          ("train_flops", "training compute (FLOPs, log)"))):  # fmt: skip
             ax = axes[i, j]
             _lines(ax, sizes, x, col)
-            ax.set_xscale("log")
+            _log_x(ax)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{titles[col]} (score, %)")
             ax.grid(alpha=0.3)
@@ -145,14 +159,14 @@ def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
         return []
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     _lines(a, sizes, "params_non_embedding", "val_loss")
-    a.set_xscale("log")
+    _log_x(a)
     a.set_xlabel("encoder parameters, non-embedding (count, log)")
     a.set_ylabel("validation masked-token loss (nats)")
     a.set_title("pre-training loss (MLM: 15% of tokens; CrossBERT: r of tokens,\nnot comparable across objectives)", fontsize=9)
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
     _lines(b, sizes, "params_non_embedding", probe_col)
-    b.set_xscale("log")
+    _log_x(b)
     b.set_xlabel("encoder parameters, non-embedding (count, log)")
     b.set_ylabel(f"{probe_col} (score, %)")
     b.set_title("frozen probe score", fontsize=9)
@@ -162,32 +176,39 @@ def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "loss_vs_probe")
 
 
+SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("--", "P")]  # smallest first
+
+
 def _panel_grid(df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str) -> list[Path]:
-    """One panel per (task, probe); a line per (objective, size): colour = objective, opacity = size;
-    error bars = std over seeds when there are several."""
+    """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
+    marker = size (one legend for the figure); error bars = std over seeds when there are several."""
     plt = _pyplot()
     panels = sorted(df.groupby(["task", "probe"]).groups)
     if not panels or df[x].nunique() < 2:
         return []
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False, layout="constrained")
     sizes = list(dict.fromkeys(df.sort_values("params_non_embedding")["size"]))
     for ax, (task, probe) in zip(axes.flat, panels):
         sub = df[(df["task"] == task) & (df["probe"] == probe)]
         for (objective, size), line in sub.groupby(["objective", "size"]):
             line = line.groupby(x)["score"].agg(["mean", "std"]).reset_index()
             err = line["std"] if line["std"].notna().any() else None
-            alpha = 0.35 + 0.65 * (sizes.index(size) + 1) / len(sizes)
-            ax.errorbar(line[x], line["mean"], yerr=err, marker="o", ms=3, capsize=2, color=_color(objective), alpha=alpha,
+            style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
+            ax.errorbar(line[x], line["mean"], yerr=err, ls=style, marker=marker, ms=4, capsize=2, color=_color(objective),
                         label=f"{objective} {size}")  # fmt: skip
         ax.set_title(f"{task} - {probe} ({sub['metric'].iloc[0]})", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("score (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
+    legend = {}
+    for ax in axes.flat:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    labels = sorted(legend, key=lambda label: (label.rsplit(" ", 1)[0], sizes.index(label.rsplit(" ", 1)[1])))
+    fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=8)
     fig.suptitle(title)
     return _save(fig, out, name)
 

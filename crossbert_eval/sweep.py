@@ -130,12 +130,12 @@ class Sweep:
         self.checkpoints_file = self.root / "checkpoints.jsonl"
 
     @contextlib.contextmanager
-    def timed(self, stage: str, run: RunSpec, **extra):
-        """Wall time of each stage of the sweep, for the report and the end-to-end benchmark."""
+    def timed(self, stage: str, run: RunSpec | None, **extra):
+        """Wall time of each stage of the sweep, for the report and the end-to-end benchmark (run None: the whole sweep)."""
         started = time.perf_counter()
         yield
         if not self.rank:
-            row = {"stage": stage, "run": run.key, "seconds": round(time.perf_counter() - started, 2), **extra}
+            row = {"stage": stage, "run": run.key if run else "(sweep)", "seconds": round(time.perf_counter() - started, 2), **extra}
             append_jsonl(self.root / "timings.jsonl", [row])
 
     def write_manifest(self) -> None:
@@ -213,7 +213,7 @@ class Sweep:
     def report(self) -> None:
         from crossbert_eval.report import build_report
 
-        with self.timed("report", self.runs[-1]):
+        with self.timed("report", None):
             build_report(self.root)
 
     def run(self) -> Path:
