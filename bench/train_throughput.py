@@ -19,17 +19,15 @@ this machine is shared and noisy. Reported per contender:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import setup  # noqa: E402  (puts the repository on sys.path)
 
 from crossbert_model.config import config_from_preset, training_flops_per_token  # noqa: E402
 from crossbert_model.data import DataArgs, EpochSampler, prepare_data, special_token_config  # noqa: E402
@@ -37,7 +35,7 @@ from crossbert_model.hardware import bf16_speedup, matmul_flops  # noqa: E402
 from crossbert_model.masking import num_targets, pretraining_batch  # noqa: E402
 from crossbert_model.model import pretraining_model_for  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402
-from crossbert_model.utils import atomic_write_json, provenance, quiet_transformers, set_offline_env  # noqa: E402
+from crossbert_model.utils import atomic_write_json, provenance  # noqa: E402
 
 CONTENDERS = {
     "hf_bert_mlm": {"objective": "hf"},
@@ -182,8 +180,7 @@ def main() -> None:
     p.add_argument("--out", default="runs/bench")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    set_offline_env()
-    quiet_transformers()
+    setup()
     if args.threads:
         torch.set_num_threads(args.threads)
     data = prepare_data(DataArgs(seq_len=args.seq_len, cache_dir=args.cache_dir))

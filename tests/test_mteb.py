@@ -93,3 +93,17 @@ def test_missing_data_files_stop_before_any_evaluation(tmp_path, monkeypatch, re
     with pytest.raises(TaskDataMissing, match=r"task STS13 .*looked for .*sts_semeval/2099/FNWN.test.tsv"):
         run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None)
     assert not list((tmp_path / "out").glob("results/**/*.json"))
+
+
+def test_materialised_labels_score_exactly_as_mteb_own(real_data_root):
+    """The speed-up in our local classification tasks must not change a single metric."""
+    import numpy as np
+
+    ours = local_mteb_task(get_task("Banking77Classification"), materialise_labels=True)
+    theirs = local_mteb_task(get_task("Banking77Classification"), materialise_labels=False)
+    ours.load_data()
+    theirs.load_data()
+    labels = ours.dataset["test"]["label"]  # mteb's lazy datasets Column
+    assert type(labels).__name__ == "Column"
+    predictions = np.random.default_rng(0).permutation(np.asarray(list(labels)))
+    assert ours._calculate_scores(labels, predictions) == theirs._calculate_scores(labels, predictions)
