@@ -35,7 +35,7 @@ test: setup
 test-all: setup
 	$(ENV) $(PY) -m pytest -q -m ""
 
-# Speed against named baselines, one run per comparison (about 30 minutes on 2 cores); tables in runs/bench/.
+# Speed against named baselines, one run per comparison (about 27 minutes on 2 cores); tables in runs/bench/.
 BENCH := $(ENV) $(PY)
 bench: setup
 	$(BENCH) bench/train_throughput.py --out $(RUNS)/bench --cache-dir $(RUNS)/cache
@@ -44,7 +44,7 @@ bench: setup
 	$(BENCH) bench/linear_probe.py --out $(RUNS)/bench
 	$(BENCH) bench/mteb_stage.py --out $(RUNS)/bench --cache $(RUNS)/features
 
-# The main job timed end to end from a fresh folder (about 45 minutes), per stage.
+# The main job timed end to end from a fresh folder (about 47 minutes), per stage.
 bench-main-job: setup
 	rm -rf $(RUNS)/bench/main_job
 	$(BENCH) bench/main_job.py --run-dir $(RUNS)/bench/main_job --out $(RUNS)/bench

@@ -47,10 +47,11 @@ def _probe(args: argparse.Namespace) -> None:
     from crossbert_eval.probe import ProbeSettings, probe_model, summary_table
 
     set_offline_env()
+    knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
     settings = ProbeSettings(
         tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=_csv(args.pooling),
-        pair_mode=args.pair_mode, k=args.k, temperature=args.temperature, seed=args.seed,
-        results_dir=args.results, cache_dir=args.cache, force=args.force, data_root=args.data_root,
+        pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results, cache_dir=args.cache, force=args.force,
+        data_root=args.data_root, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
     )  # fmt: skip
     runner = probe_model(args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype)
     print(summary_table(runner.frame))
@@ -115,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", default="last", help="all | last | N | N,M,... (0 = embedding output)")
     p.add_argument("--pooling", default="mean", help="mean, cls, max (comma-separated)")
     p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
-    p.add_argument("--k", type=int, default=20, help="kNN neighbours (DINO: 20)")
-    p.add_argument("--temperature", type=float, default=0.07, help="kNN vote temperature (DINO: 0.07)")
+    p.add_argument("--k", type=int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
+    p.add_argument("--temperature", type=float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")

@@ -397,14 +397,16 @@ class Trainer:
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{row['mfu']:.1%}")
                 if bar.disable and env.is_main and done % progress_every == 0:  # no terminal: log lines instead
                     log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%%", done, self.total_steps, out["loss"], out["lr"], f"{tps:,.0f}", 100 * row["mfu"])
-            val = self.evaluate() if (done % cfg.eval_every == 0 or done == self.total_steps) else {}
+            checkpoint = self._should_checkpoint(done)
+            # every checkpoint carries its validation loss (the sweep tables join probe scores with it)
+            val = self.evaluate() if (done % cfg.eval_every == 0 or checkpoint) else {}
             if val:
                 row = {**(row or {"step": done}), **val}
                 bar.write(f"step {done}: val_loss {val['val_loss']:.4f} (ppl {val['val_ppl']:.1f})") if env.is_main else None
             if row and env.is_main:
                 append_jsonl(self.run_dir / "metrics.jsonl", [row])
-            if self._should_checkpoint(done):
-                self.save(done, val or {})
+            if checkpoint:
+                self.save(done, val)
         bar.close()
         return self.run_dir
 

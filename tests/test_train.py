@@ -39,7 +39,9 @@ def losses(run_dir: Path) -> list[float]:
 def test_resume_gives_the_same_run_as_an_uninterrupted_one(corpus_args, tmp_path, objective):
     straight = train(tiny_config(corpus_args, tmp_path, objective, name="straight"))
     # first half, then a "killed" run: the final checkpoint never got written
-    half = tiny_config(corpus_args, tmp_path, objective, name="resumed", checkpoint_steps=[3])
+    # step 4 is off the eval_every=3 grid: the resumed run evaluates there and the straight one does not,
+    # so equal losses also show that evaluating leaves training untouched
+    half = tiny_config(corpus_args, tmp_path, objective, name="resumed", checkpoint_steps=[4])
     train(half)
     resumed_dir = half.run_dir
     for step, path in list_checkpoints(resumed_dir):
@@ -50,7 +52,9 @@ def test_resume_gives_the_same_run_as_an_uninterrupted_one(corpus_args, tmp_path
     (resumed_dir / "checkpoints" / ".step_0000006.killed.tmp").mkdir()  # a half-written save
     train(half)
     assert losses(resumed_dir) == losses(straight)  # bit-identical, not just close
-    assert [s for s, _ in list_checkpoints(resumed_dir)] == [3, 6]
+    assert [s for s, _ in list_checkpoints(resumed_dir)] == [4, 6]
+    for _, path in list_checkpoints(resumed_dir):  # every checkpoint records its validation loss
+        assert "val_loss" in json.loads((path / "trainer_state.json").read_text())["metrics"]
     assert not list((resumed_dir / "checkpoints").glob(".step_*"))
 
 
