@@ -26,6 +26,7 @@ from crossbert_model.checkpoint import latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
+from crossbert_model.errors import CrossbertError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ POOLINGS = ("mean", "cls", "max")
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
 
-class EncoderError(ValueError):
+class EncoderError(CrossbertError, ValueError):
     pass
 
 

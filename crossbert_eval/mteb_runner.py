@@ -29,6 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .encoders import FeatureCache, FrozenEncoder
 from .results import ResultsStore, unit_key
 from .tasks import Task, TaskDataMissing, TaskError, all_tasks
+from crossbert_model.errors import CrossbertError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ CLUSTER_SETS = 10
 CLUSTER_SET_SIZE = 7532
 
 
-class MtebError(ValueError):
+class MtebError(CrossbertError, ValueError):
     pass
 
 

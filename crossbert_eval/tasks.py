@@ -39,12 +39,13 @@ import numpy as np
 import yaml
 
 from crossbert_model.utils import PROJECT_ROOT, data_root
+from crossbert_model.errors import CrossbertError
 
 TASKS_DIR_ENV = "CROSSBERT_TASKS_DIR"
 FAMILIES = ("glue", "senteval", "sts", "classification", "pair_classification", "clustering", "reranking")
 
 
-class TaskError(ValueError):
+class TaskError(CrossbertError, ValueError):
     """A task file or its data is wrong; the message says which file, line or field."""
 
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from .errors import CrossbertError
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(CrossbertError, ValueError):
     pass
 
 

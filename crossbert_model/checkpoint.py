@@ -22,11 +22,12 @@ import torch
 from .config import CrossBertConfig
 from .model import PRETRAINING_CLASSES
 from .utils import atomic_path, atomic_write_json
+from .errors import CrossbertError
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(CrossbertError, ValueError):
     pass
 
 

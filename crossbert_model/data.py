@@ -29,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .utils import atomic_path, atomic_write_json, expand_data_path, stable_hash
+from .errors import CrossbertError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ CORPUS_SUFFIXES = (".jsonl", ".jsonl.xz", ".jsonl.gz", ".txt", ".txt.xz", ".txt.
 TOKEN_CACHE_VERSION = 1
 
 
-class DataError(ValueError):
+class DataError(CrossbertError, ValueError):
     """Bad input data: the message names the file, the line/field and what was expected."""
 
 

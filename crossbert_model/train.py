@@ -44,6 +44,7 @@ from .hardware import autocast_dtype, matmul_flops
 from .masking import num_targets, pretraining_batch
 from .model import Block, PredictorBlock, pretraining_model_for
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, provenance, quiet_transformers, read_jsonl, set_offline_env
+from .errors import CrossbertError
 
 log = logging.getLogger("crossbert.train")
 
@@ -117,7 +118,7 @@ NON_DEFINING_KEYS = {
 }  # fmt: skip
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(CrossbertError, RuntimeError):
     pass
 
 
