@@ -3,10 +3,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DATA_ROOT ?= $(abspath ../shared/data)
+# The data root: crossbert resolves it (CROSSBERT_DATA_ROOT, else ../shared/data beside the checkout);
+# `make demo DATA_ROOT=/path` passes another one.
+DATA_ROOT ?=
 RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
-ENV := $(OFFLINE) CROSSBERT_DATA_ROOT=$(DATA_ROOT)
+ENV := $(OFFLINE) $(if $(DATA_ROOT),CROSSBERT_DATA_ROOT=$(abspath $(DATA_ROOT)))
 
 .PHONY: setup demo reference test test-all bench bench-main-job clean
 

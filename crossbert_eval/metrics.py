@@ -6,6 +6,12 @@ import numpy as np
 from scipy import stats
 from sklearn import metrics as skm
 
+from crossbert_model.errors import CrossbertError
+
+
+class MetricError(CrossbertError, ValueError):
+    """An unknown metric name (in a task file or an option): a user mistake, not a bug."""
+
 
 def _pearson(y, s) -> float:
     return float(stats.pearsonr(y, s).statistic)
@@ -29,7 +35,7 @@ METRICS = {
 
 def score(metric: str, y_true: np.ndarray, y_pred: np.ndarray) -> float:
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        raise MetricError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
     return METRICS[metric](np.asarray(y_true), np.asarray(y_pred))
 
 

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -58,40 +59,40 @@ def configure_offline(run_dir: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _sentence_transformers_normalises(encoder: FrozenEncoder) -> bool:
-    import json
-
-    modules = encoder.source.folder / "modules.json"
-    if encoder.source.kind != "sentence-transformers":
-        modules = encoder.source.folder.parent / "modules.json"
-    if not modules.is_file():
-        return False
-    return any(m.get("type", "").endswith("models.Normalize") for m in json.loads(modules.read_text()))
+def _meta_name(encoder: FrozenEncoder) -> str:
+    """mteb's 'org/name': a hub model keeps its id; the rest are crossbert/<name> (MiniLM keeps its real one)."""
+    if encoder.source.hub_id:
+        return encoder.source.hub_id
+    name = encoder.name.split("@")[0].replace("/", "__")
+    if name.startswith("sentence-transformers__"):
+        return f"sentence-transformers/{name.removeprefix('sentence-transformers__')}"
+    return f"crossbert/{name}"
 
 
 def make_mteb_encoder(
-    encoder: FrozenEncoder, layer: int, pooling: str, cache: FeatureCache | None, normalize: bool | None = None,
+    encoder: FrozenEncoder, layer: int, pooling: str | None, cache: FeatureCache | None, normalize: bool | None = None,
     cache_layers: list[int] | None = None,
 ):  # fmt: skip
-    """`cache_layers`: encode (and cache) these layers whenever texts are encoded, so that running
-    mteb again at another layer of the same checkpoint encodes nothing."""
+    """`pooling` None: the model's own (encoder.default_pooling). `normalize` None: as the model itself
+    does (sentence-transformers' Normalize module). `cache_layers`: encode (and cache) these layers
+    whenever texts are encoded, so that running mteb again at another layer of the same checkpoint
+    encodes nothing."""
     from mteb.models.abs_encoder import AbsEncoder
     from mteb.models.model_meta import ModelMeta
 
-    if normalize is None:  # as the model itself would (sentence-transformers' Normalize module)
-        normalize = _sentence_transformers_normalises(encoder)
+    pooling = pooling or encoder.default_pooling
+    if normalize is None:
+        normalize = encoder.normalize
 
     class MtebEncoder(AbsEncoder):
         """A frozen encoder at one layer and pooling, as mteb's EncoderProtocol."""
 
         def __init__(self):
             self.encoder, self.layer, self.pooling, self.cache, self.normalize = encoder, layer, pooling, cache, normalize
-            name = encoder.name.split("@")[0].replace("/", "__")
-            org = "sentence-transformers" if encoder.name.startswith("sentence-transformers/") else "crossbert"
             step = f"-step{encoder.source.step}" if encoder.source.step is not None else ""
             self.mteb_model_meta = ModelMeta(
                 loader=None,
-                name=f"{org}/{name.removeprefix('sentence-transformers__')}",
+                name=_meta_name(encoder),
                 revision=f"{encoder.fingerprint}{step}-L{layer}-{pooling}{'-norm' if normalize else ''}",
                 release_date=None,
                 languages=["eng-Latn"],
@@ -328,18 +329,58 @@ def check_local_data(tasks: list, root=None) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+# mteb warns that a legacy task is superseded twice per evaluation (a log record and a Python warning,
+# from AbsTask.check_if_dataset_is_superseded); we run the legacy versions on purpose (our local data is
+# theirs), so we say so once per task ourselves and drop mteb's two copies.
+_SUPERSEDED_PATTERN = r"The task '.*' is superseded by"
+
+
+class _DropSuperseded(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is superseded by" not in record.getMessage()
+
+
+def note_superseded(task_objects: list) -> None:
+    for task in task_objects:
+        newer = getattr(task, "superseded_by", None)
+        if newer:
+            name = task.metadata.name
+            log.info("mteb task %s is superseded by %s; running %s as asked (mteb's own warning is silenced)", name, newer, name)
+
+
+@contextlib.contextmanager
+def _without_superseded_warnings():
+    """Inside a warnings.catch_warnings() block: mute mteb's superseded warning and log record."""
+    warnings.filterwarnings("ignore", message=_SUPERSEDED_PATTERN)
+    source = logging.getLogger("mteb.abstasks.abstask")
+    drop = _DropSuperseded()
+    source.addFilter(drop)
+    try:
+        yield
+    finally:
+        source.removeFilter(drop)
+
+
 def run_mteb(
-    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str = "last", pooling: str = "mean",
+    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str | int = "last", pooling: str | None = None,
     out_dir: str | Path = "runs/mteb", results_dir: str | None = None, feature_cache: str | None = "runs/features",
     batch_size: int = 256, max_length: int = 128, overwrite: bool = False, data_root=None, normalize: bool | None = None,
-    cache_layers: list[int] | None = None,
+    cache_layers: list[int] | None = None, dtype: str = "fp32", allow_pickle: bool = False,
 ):  # fmt: skip
-    """Run mteb on `model`; return (rows, table text). Rows also go to the results store."""
+    """Run mteb on `model`; return (rows, table text). Rows also go to the results store.
+    `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `dtype` and
+    `allow_pickle` as FrozenEncoder.load (fp32, safetensors only) when `model` is a name."""
     out_dir = Path(out_dir)
     configure_offline(out_dir)
     import mteb
 
-    encoder = model if isinstance(model, FrozenEncoder) else FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size)
+    if isinstance(model, FrozenEncoder):
+        encoder = model
+    else:
+        encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype, allow_pickle=allow_pickle)
+    # recorded as the probe runner records it: "user", or where the model's own pooling came from
+    pooling_source = "user" if pooling else encoder.pooling_source
+    pooling = pooling or encoder.default_pooling
     (layer_index,) = encoder.layer_indices(layer)
     task_objects = resolve_mteb_tasks(tasks, benchmark, data_root)
     if not task_objects:
@@ -347,7 +388,8 @@ def run_mteb(
     check_local_data(task_objects, data_root)
     cache = FeatureCache(feature_cache) if feature_cache else None
     wrapped = make_mteb_encoder(encoder, layer_index, pooling, cache, normalize, cache_layers)
-    with warnings.catch_warnings():
+    note_superseded(task_objects)
+    with warnings.catch_warnings(), _without_superseded_warnings():
         # mteb's logistic regression (max_iter=100, its protocol) warns on every fit for unnormalised
         # features of small models; the warning changes nothing and buries the log.
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -361,7 +403,8 @@ def run_mteb(
             show_progress_bar=False,
         )
     meta = wrapped.mteb_model_meta
-    rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects})
+    rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects},
+                       pooling_source)  # fmt: skip
     store = ResultsStore(results_dir or out_dir / "results")
     new = [r for r in rows if not store.done(r["unit"])]
     store.remove_units({r["unit"] for r in rows} if overwrite else set())
@@ -370,7 +413,9 @@ def run_mteb(
     return rows, mteb_table(rows)
 
 
-def result_rows(result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict) -> list[dict]:
+def result_rows(
+    result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user"
+) -> list[dict]:
     rows = []
     ident = encoder.identity
     for task_result in result.task_results:
@@ -380,7 +425,8 @@ def result_rows(result, encoder: FrozenEncoder, layer: int, pooling: str, normal
         for split, subsets in task_result.scores.items():
             for scores in subsets:
                 key = unit_key(model=encoder.fingerprint, task=task_result.task_name, split=split, subset=scores["hf_subset"],
-                               probe="mteb", layer=layer, pooling=pooling, normalize=normalize, max_length=encoder.max_length)  # fmt: skip
+                               probe="mteb", layer=layer, pooling=pooling, normalize=normalize, max_length=encoder.max_length,
+                               dtype=ident["features_dtype"])  # fmt: skip
                 base = {
                     **ident,
                     "task": task_result.task_name,
@@ -392,6 +438,7 @@ def result_rows(result, encoder: FrozenEncoder, layer: int, pooling: str, normal
                     "layer": layer,
                     "relative_depth": layer / ident["num_layers"],
                     "pooling": pooling,
+                    "pooling_source": pooling_source,
                     "seed": task.seed,
                     "protocol": {"mteb_version": task_result.mteb_version, "normalize": normalize,
                                  "partial": bool(local_task and local_task.mteb and local_task.mteb.get("partial")),

@@ -3,8 +3,9 @@
     crossbert probe minilm --tasks SST-2,STS-B --probe linear,knn --layers all --pooling mean
 
 Work is organised in units (model, task, split, layer, pooling, probe, protocol). A unit whose rows
-are in the results store is skipped (unless forced); features come from the on-disk cache, so a
-re-run, or a new probe on the same features, encodes nothing.
+are in the results store is skipped (unless forced), and so is one another live run has claimed
+(results.ResultsStore.claim): concurrent runs on one store share the work and write each unit once.
+Features come from the on-disk cache, so a re-run, or a new probe on the same features, encodes nothing.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from tqdm.auto import tqdm
 
 from . import probes as P
 from .metrics import score
+from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash
 
-from .encoders import FeatureCache, FrozenEncoder, texts_digest
-from .results import ResultsStore, unit_key
+from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
+from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
@@ -31,12 +33,16 @@ PROBES = ("linear", "knn", "cosine")
 PAIR_MODES = ("joint", "senteval")
 
 
+class ProbeError(CrossbertError, ValueError):
+    """A probe setting is wrong; the message names the option and what was expected."""
+
+
 @dataclass
 class ProbeSettings:
     tasks: list[str]
     probes: list[str] = field(default_factory=lambda: ["linear", "knn", "cosine"])
     layers: str = "last"  # all | last | N | N,M,...
-    poolings: list[str] = field(default_factory=lambda: ["mean"])
+    poolings: list[str] | None = None  # None: the model's own pooling (encoder.default_pooling)
     pair_mode: str = "joint"  # joint: the pair as one sequence; senteval: [u, v, |u-v|, u*v]
     k: int = P.KNN_K
     temperature: float = P.KNN_TEMPERATURE
@@ -46,6 +52,31 @@ class ProbeSettings:
     force: bool = False
     data_root: str | None = None
     max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.probes, str):
+            self.probes = [p.strip() for p in self.probes.split(",") if p.strip()]
+        if isinstance(self.poolings, str):
+            self.poolings = [p.strip() for p in self.poolings.split(",") if p.strip()]
+        self.validate()
+
+    def validate(self) -> None:
+        """Every setting checked before any model is loaded; messages name the command-line option."""
+        if not _is_int(self.k) or self.k < 1:
+            raise ProbeError(f"--k: expected a positive integer, got {self.k!r}")
+        if not _is_number(self.temperature) or not 0 < self.temperature < float("inf"):
+            raise ProbeError(f"--temperature: expected a positive number, got {self.temperature!r}")
+        if self.poolings is not None:
+            bad = [p for p in self.poolings if p not in POOLINGS]
+            if bad or not self.poolings:
+                raise _choices_error("--pooling", POOLINGS, self.poolings)
+        bad = [p for p in self.probes if p not in PROBES]
+        if bad or not self.probes:
+            raise _choices_error("--probe", PROBES, self.probes)
+        if self.pair_mode not in PAIR_MODES:
+            raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
+        if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
+            raise ProbeError(f"max_train: expected a positive integer (unset: the whole train split), got {self.max_train!r}")
 
     def protocol_constants(self) -> dict:
         return {
@@ -57,6 +88,19 @@ class ProbeSettings:
             "knn_temperature": self.temperature,
             **({"max_train": self.max_train} if self.max_train else {}),  # only when subsampling
         }
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
+    got = ",".join(map(str, given))
+    return ProbeError(f"{option}: expected one or more of {', '.join(allowed)} (comma-separated), got {got!r}")
 
 
 def _metrics_for(task: Task, probe: str) -> list[str]:
@@ -72,12 +116,13 @@ class ProbeRunner:
         self.missing: dict[str, str] = {}  # task -> why its data could not be read
         self._digests: dict[tuple, str] = {}
         self.cache = FeatureCache(settings.cache_dir)
+        settings.validate()  # again: fields may have been set after construction
         self.layers = encoder.layer_indices(settings.layers)
-        for probe in settings.probes:
-            if probe not in PROBES:
-                raise ValueError(f"unknown probe {probe!r}; expected one of {', '.join(PROBES)}")
-        if settings.pair_mode not in PAIR_MODES:
-            raise ValueError(f"unknown pair mode {settings.pair_mode!r}; expected one of {', '.join(PAIR_MODES)}")
+        # No pooling given: the model's own (its sentence-transformers Pooling), recorded as such in each row.
+        if settings.poolings:
+            self.poolings, self.pooling_source = list(settings.poolings), "user"
+        else:
+            self.poolings, self.pooling_source = [encoder.default_pooling], encoder.pooling_source
 
     # -- units -------------------------------------------------------------------------------------
 
@@ -112,7 +157,7 @@ class ProbeRunner:
             for probe in probes
             for split in task.eval_splits
             for layer in self.layers
-            for pooling in self.s.poolings
+            for pooling in self.poolings
         ]
 
     # -- features ----------------------------------------------------------------------------------
@@ -149,28 +194,62 @@ class ProbeRunner:
             return []
         if self.s.force:
             self.store.remove_units({u[-1] for u in todo})
-        root = self.s.data_root
-        train_name = task.train_split
+        skips = {DONE: 0, BUSY: []}
         rows: list[dict] = []
         for probe in dict.fromkeys(u[0] for u in todo):
-            probe_units = [u for u in todo if u[0] == probe]
-            layers = sorted({u[2] for u in probe_units})
-            poolings = list(dict.fromkeys(u[3] for u in probe_units))
-            train = self._train_split(task) if probe != "cosine" else None
-            train_x = self._probe_inputs(task, train_name, train, probe, layers, poolings) if train is not None else None
-            for split_name in dict.fromkeys(u[1] for u in probe_units):
-                split = task.load_split(split_name, root)
-                eval_x = self._probe_inputs(task, split_name, split, probe, layers, poolings)
-                for _, _, layer, pooling, key in (u for u in probe_units if u[1] == split_name):
-                    bar.set_postfix_str(f"{task.name} {probe} L{layer} {pooling}")
-                    started = time.perf_counter()
-                    out = self._fit(task, probe, train, train_x, split, eval_x, (layer, pooling))
-                    seconds = time.perf_counter() - started
-                    unit_rows = self._rows(task, split_name, probe, layer, pooling, key, split, train, out, seconds)
-                    self.store.append(unit_rows)
-                    rows.extend(unit_rows)
-                    bar.update(1)
+            rows.extend(self._run_probe(task, probe, [u for u in todo if u[0] == probe], bar, skips))
+        if skips[DONE]:
+            log.info("%s: %d unit(s) finished by another run meanwhile, skipped", task.name, skips[DONE])
+        if skips[BUSY]:
+            busy = skips[BUSY]
+            log.info("%s: %d unit(s) being computed by another live run, skipped: %s", task.name, len(busy), ", ".join(busy))
         return rows
+
+    def _run_probe(self, task: Task, probe: str, units: list, bar: tqdm, skips: dict) -> list[dict]:
+        """Each unit is claimed just before it is fitted, so concurrent runs on one store share the work
+        and never compute (or write) a unit twice; features are read only once a unit is ours."""
+        layers = sorted({u[2] for u in units})
+        poolings = list(dict.fromkeys(u[3] for u in units))
+        inputs: dict = {}  # read lazily: None -> the probe's train (split, features); split name -> (split, features)
+        rows: list[dict] = []
+        for _, split_name, layer, pooling, key in units:
+            status = self.store.claim(key)
+            if status != CLAIMED:
+                self._note_skip(status, key, skips)
+                bar.update(1)
+                continue
+            try:
+                train, train_x = self._inputs(task, probe, None, inputs, layers, poolings)
+                split, eval_x = self._inputs(task, probe, split_name, inputs, layers, poolings)
+                bar.set_postfix_str(f"{task.name} {probe} L{layer} {pooling}")
+                started = time.perf_counter()
+                out = self._fit(task, probe, train, train_x, split, eval_x, (layer, pooling))
+                seconds = time.perf_counter() - started
+                unit_rows = self._rows(task, split_name, probe, layer, pooling, key, split, train, out, seconds)
+                rows.extend(self.store.append(unit_rows))  # [] when another run wrote it first
+            finally:  # done or failed, the unit is no longer ours (a failed one is free for the next run)
+                self.store.release(key)
+            bar.update(1)
+        return rows
+
+    def _inputs(self, task: Task, probe: str, which: str | None, inputs: dict, layers, poolings):
+        """(split, features) of the probe's train split (which=None) or an eval split, read once per probe."""
+        if which not in inputs:
+            if which is None:
+                split = self._train_split(task) if probe != "cosine" else None
+                name = task.train_split
+            else:
+                split, name = task.load_split(which, self.s.data_root), which
+            feats = self._probe_inputs(task, name, split, probe, layers, poolings) if split is not None else None
+            inputs[which] = (split, feats)
+        return inputs[which]
+
+    def _note_skip(self, status: str, key: str, skips: dict) -> None:
+        if status == DONE:
+            skips[DONE] += 1
+        else:
+            owner = self.store.last_owner or {}
+            skips[BUSY].append(f"{key} (pid {owner.get('pid')} on {owner.get('host')})")
 
     def _train_split(self, task: Task) -> Split:
         split = task.load_split(task.train_split, self.s.data_root)
@@ -195,7 +274,8 @@ class ProbeRunner:
             )  # fmt: skip
         return P.knn_probe(
             train_x[key], train.labels, eval_x[key], regression=task.is_regression,
-            num_classes=None if task.is_regression else task.num_classes, k=self.s.k, temperature=self.s.temperature,
+            num_classes=None if task.is_regression else task.class_count(self.s.data_root),
+            k=self.s.k, temperature=self.s.temperature,
         )  # fmt: skip
 
     def _rows(self, task, split_name, probe, layer, pooling, key, split, train, out, seconds) -> list[dict]:
@@ -207,9 +287,10 @@ class ProbeRunner:
             "family": task.family,
             "split": split_name,
             "probe": probe,
-            "layer": layer,
+            "layer": int(layer),
             "relative_depth": layer / ident["num_layers"],
             "pooling": pooling,
+            "pooling_source": self.pooling_source,
             "pair_mode": self.s.pair_mode if (task.is_pair and probe != "cosine") else None,
             "seed": self.s.seed,
             "n_train": len(train) if train is not None else 0,
@@ -254,12 +335,17 @@ def summary_table(df: pd.DataFrame) -> str:
     main = df[df["is_main"]].copy()
     main["score"] = main["value"] * 100
     table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
-    table.columns = [f"L{c}" for c in table.columns]
+    table.columns = [f"L{int(c)}" for c in table.columns]
     return table.round(2).to_string()
 
 
-def probe_model(model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 256, dtype: str = "auto") -> ProbeRunner:
-    encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype)
+def probe_model(
+    model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 256, dtype: str = "fp32",
+    allow_pickle: bool = False,
+) -> ProbeRunner:  # fmt: skip
+    settings.validate()  # a wrong option or a broken task file should not cost a model load
+    tasks = resolve_tasks(settings.tasks)
+    encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype, allow_pickle=allow_pickle)
     runner = ProbeRunner(encoder, settings)
-    runner.frame = runner.run(resolve_tasks(settings.tasks))
+    runner.frame = runner.run(tasks)
     return runner

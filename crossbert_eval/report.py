@@ -17,20 +17,38 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
+
+from .results import RESULTS_FILE, duplicate_units, normalise_row
 
 log = logging.getLogger(__name__)
 
 GLUE_PROBES = ("linear", "knn")
 
 
-def load_scores(root: Path) -> pd.DataFrame:
+class ReportError(CrossbertError, ValueError):
+    """The report was asked of something that is not a sweep folder."""
+
+
+def _results_path(root: Path) -> Path:
+    return root / "results" / RESULTS_FILE
+
+
+def result_rows(root: Path) -> list[dict]:
+    """The sweep's score rows in today's shape (old rows: `versions` -> `packages`, string layers -> int)."""
+    return [normalise_row(r) for r in read_jsonl(_results_path(root))]
+
+
+def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     checkpoints = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
-    results = pd.DataFrame(read_jsonl(root / "results" / "results.jsonl"))
+    results = pd.DataFrame(result_rows(root) if rows is None else rows)
     if checkpoints.empty or results.empty:
         return pd.DataFrame()
     keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value", "is_main"]
     results = results[[c for c in keep if c in results.columns]]
+    layer = pd.to_numeric(results["layer"], errors="coerce")  # an int end to end: tables sort 2 < 10, L6 not L6.0
+    results = results[layer.notna()].assign(layer=layer.dropna().astype(int))
     scores = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
     scores["is_final"] = scores["step"] == scores["total_steps"]
     scores["is_last_layer"] = scores["layer"] == scores["layers"]
@@ -248,8 +266,13 @@ def _markdown_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
 
 
 def build_report(root: Path) -> Path | None:
+    """Tables, plots, report.md and report.html of a sweep folder; returns report.md's path, or None
+    (nothing written) while the sweep has no scores yet. Not a sweep folder: ReportError."""
     root = Path(root)
-    scores = load_scores(root)
+    if not (_results_path(root).is_file() or (root / "sweep.yaml").is_file()):
+        raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or sweep.yaml)")
+    rows = result_rows(root)
+    scores = load_scores(root, rows)
     if scores.empty:
         log.info("report: no scores yet under %s", root)
         return None
@@ -262,14 +285,31 @@ def build_report(root: Path) -> Path | None:
         df.to_parquet(tables / f"{name}.parquet", index=False)
     plots_dir = root / "plots"
     plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir) + plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir)
-    md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"])
+    md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"], duplicates_warning(rows))
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md))
     return root / "report.md"
 
 
-def render_markdown(root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scores: pd.DataFrame, plots: list[Path]) -> str:
-    prov = provenance()
+def duplicates_warning(rows: list[dict]) -> str | None:
+    """One line naming the units written more than once (two runs computed them), or None."""
+    dups = duplicate_units(rows)
+    if not dups:
+        return None
+    extra = sum(n - 1 for n in dups.values())
+    shown = ", ".join(f"{u} ({n}x)" for u, n in sorted(dups.items())[:10]) + (", ..." if len(dups) > 10 else "")
+    line = (
+        f"WARNING: {len(dups)} unit(s) are in results/{RESULTS_FILE} more than once "
+        f"({extra} extra copies; averaged in the tables): {shown}"
+    )
+    log.warning("%s", line)
+    return line
+
+
+def render_markdown(
+    root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scores: pd.DataFrame, plots: list[Path], warning: str | None = None
+) -> str:
+    prov = provenance()  # of the report build; each row carries its own (git_revision, packages)
     sweep_yaml = (root / "sweep.yaml").read_text() if (root / "sweep.yaml").exists() else ""
     score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith("_std")]
     shown = sizes[["objective", "size", "params_non_embedding", "train_flops", "val_loss", *score_cols, "seeds"]]
@@ -283,6 +323,7 @@ def render_markdown(root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scor
     parts = [
         f"# Sweep report: {root.name}",
         "",
+        *([f"**{warning}**", ""] if warning else []),
         "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
         "`glue_*` averages the GLUE tasks probed; `mteb_*` averages mteb's main scores (by task type, and overall).",
         "Validation loss is the masked-token cross-entropy of each objective (MLM at 15%, CrossBERT at its mask ratio): "

@@ -1,29 +1,53 @@
 """The results store: one JSON row per (model, step, layer, pooling, probe, task, split, metric, seed).
 
     store = ResultsStore("results/minilm")
-    store.append(rows)            # one locked, fsync'ed append per completed unit of work
-    store.done(unit_key)          # was this (model, task, layer, pooling, probe, protocol) finished?
-    df = store.dataframe()        # pandas
+    if store.claim(unit_key) == CLAIMED:   # no other live process is computing it, and it is not done
+        ...compute...
+        store.append(rows)                 # rows of a unit already done are skipped, never written twice
+        store.release(unit_key)
+    store.done(unit_key)                   # was this (model, task, layer, pooling, probe, protocol) finished?
+    df = store.dataframe()                 # pandas
 
-A unit's rows are appended in one write under an exclusive lock; a torn tail left by a killed
-writer is cut off before the next append, so the file always parses.
+Several processes may share one store (two `crossbert probe` runs, a sweep and a probe). Claims are
+files under `claims/`, one per unit in progress, taken and dropped under an exclusive lock on the
+store (`.store.lock`), so each unit is computed and written once. A claim whose process died (same
+host, pid gone) or that is older than the claim timeout is stale and is taken over.
+
+Rows are appended by crossbert_model.utils.append_jsonl (one locked, fsync'ed write; a torn tail left
+by a killed writer is cut off first), so the file always parses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
+import logging
 import os
+import socket
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
-from crossbert_model.utils import atomic_write_text, git_revision, package_versions, stable_hash
+from crossbert_model.errors import CrossbertError
+from crossbert_model.utils import append_jsonl, atomic_write_text, provenance, read_jsonl, stable_hash
+
+log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.jsonl"
+CLAIMS_DIR = "claims"
+LOCK_FILE = ".store.lock"
+CLAIM_TIMEOUT_S = 6 * 3600  # a unit takes minutes; a claim this old belongs to a hung or lost run
+
+# claim() outcomes
+CLAIMED = "claimed"  # ours now: compute it
+DONE = "done"  # its rows are in the store
+BUSY = "busy"  # a live process is computing it
 
 
 def unit_key(**fields) -> str:
@@ -32,79 +56,190 @@ def unit_key(**fields) -> str:
 
 
 class ResultsStore:
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, claim_timeout: float = CLAIM_TIMEOUT_S):
         self.folder = Path(folder)
         self.path = self.folder / RESULTS_FILE
-        self._done: set[str] | None = None
+        self.claims = self.folder / CLAIMS_DIR
+        self.claim_timeout = claim_timeout
+        self._done: set[str] = set()
+        self._seen: tuple[int, int] | None = None  # (inode, bytes) of the results file read into _done
+        self.last_owner: dict | None = None  # who holds the unit of the last BUSY claim (for the log)
 
-    def _read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        rows = []
-        with open(self.path) as f:
-            for line in f:
-                if line.endswith("\n"):
-                    rows.append(json.loads(line))
-        return rows
+    # -- reading -----------------------------------------------------------------------------------
 
     def rows(self) -> list[dict]:
-        return self._read()
+        return [normalise_row(r) for r in read_jsonl(self.path)]
+
+    def dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows())
 
     def done(self, key: str) -> bool:
-        if self._done is None:
-            self._done = {r["unit"] for r in self._read() if "unit" in r}
+        self._refresh_done()
         return key in self._done
 
-    def append(self, rows: list[dict]) -> None:
-        if not rows:
+    def _refresh_done(self) -> None:
+        """Read the units of rows appended since the last look (by anyone), not the whole file again."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._done, self._seen = set(), None
             return
+        inode, offset = self._seen or (st.st_ino, 0)
+        if inode != st.st_ino or st.st_size < offset:  # rewritten (remove_units): start over
+            self._done, offset = set(), 0
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read(st.st_size - offset)
+        whole = chunk[: chunk.rfind(b"\n") + 1]  # a torn tail is not a row (yet)
+        for line in whole.splitlines():
+            try:
+                unit = json.loads(line).get("unit")
+            except ValueError:
+                raise CrossbertError(
+                    f"{self.path}: a line after byte {offset} is not JSON; remove or fix it (read_jsonl names the line)"
+                ) from None
+            if unit:
+                self._done.add(unit)
+        self._seen = (st.st_ino, offset + len(whole))
+
+    # -- claims ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive lock on the store: claims and the done-check-then-append are atomic across processes."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        stamp = {**_provenance(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        payload = "".join(json.dumps({**r, **stamp}, default=_json_default) + "\n" for r in rows)
-        with open(self.path, "a+b") as f:
+        with open(self.folder / LOCK_FILE, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                _cut_torn_tail(f)
-                f.write(payload.encode())
-                f.flush()
-                os.fsync(f.fileno())
+                yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
-        if self._done is not None:
-            self._done.update(r["unit"] for r in rows if "unit" in r)
+
+    def claim(self, key: str) -> str:
+        """CLAIMED (compute it), DONE (already in the store) or BUSY (a live process holds it)."""
+        with self._locked():
+            if self.done(key):
+                return DONE
+            path = self.claims / f"{key}.json"
+            owner = _read_claim(path)
+            if owner and not _is_ours(owner) and not self._stale(owner):
+                self.last_owner = owner
+                return BUSY
+            if owner and not _is_ours(owner):
+                log.warning("taking over the stale claim of unit %s (pid %s on %s since %s)", key, owner.get("pid"),
+                            owner.get("host"), owner.get("time"))  # fmt: skip
+            self.claims.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({**_me(), "unit": key, "since": time.time(), "time": _now()}))
+            return CLAIMED
+
+    def release(self, key: str) -> None:
+        """Drop our claim of a unit (done or failed); another process's claim is left alone."""
+        with self._locked():
+            path = self.claims / f"{key}.json"
+            owner = _read_claim(path)
+            if owner and _is_ours(owner):
+                path.unlink(missing_ok=True)
+
+    def _stale(self, owner: dict) -> bool:
+        if time.time() - float(owner.get("since", 0)) > self.claim_timeout:
+            return True
+        return owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", -1)))
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def append(self, rows: list[dict]) -> list[dict]:
+        """Append rows, stamped with provenance and time; returns those written. Under the store lock,
+        rows of a unit that is already in the store are dropped, so no unit is ever written twice."""
+        if not rows:
+            return []
+        with self._locked():
+            self._refresh_done()
+            fresh = [r for r in rows if r.get("unit") not in self._done]
+            dropped = {r["unit"] for r in rows if r.get("unit") in self._done}
+            if dropped:
+                log.warning("%d unit(s) already in %s, not written again: %s", len(dropped), self.path, ", ".join(sorted(dropped)))  # fmt: skip
+            stamp = {**_row_provenance(), "timestamp": _now()}
+            append_jsonl(self.path, [{**r, **stamp} for r in fresh], default=_json_default)
+            self._refresh_done()
+        return fresh
 
     def remove_units(self, keys: set[str]) -> None:
         """Drop the rows of these units (a forced rerun replaces them)."""
-        if not keys or not self.path.exists():
+        if not keys:
             return
-        kept = [r for r in self._read() if r.get("unit") not in keys]
-        atomic_write_text(self.path, "".join(json.dumps(r, default=_json_default) + "\n" for r in kept))
-        self._done = None
+        with self._locked():
+            if not self.path.exists():
+                return
+            kept = [r for r in read_jsonl(self.path) if r.get("unit") not in keys]
+            atomic_write_text(self.path, "".join(json.dumps(r, default=_json_default) + "\n" for r in kept))
+            self._done, self._seen = set(), None
 
-    def dataframe(self) -> pd.DataFrame:
-        return pd.DataFrame(self._read())
+
+# ------------------------------------------------------------------------------------------------
+# Rows as readers see them
+# ------------------------------------------------------------------------------------------------
 
 
-def _cut_torn_tail(f) -> None:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    if size == 0:
-        return
-    f.seek(-1, os.SEEK_END)
-    if f.read(1) == b"\n":
-        return
-    # find the last complete line and truncate after it
-    pos = size - 1
-    while pos > 0:
-        step = min(4096, pos)
-        f.seek(pos - step)
-        chunk = f.read(step)
-        nl = chunk.rfind(b"\n")
-        if nl >= 0:
-            f.truncate(pos - step + nl + 1)
-            return
-        pos -= step
-    f.truncate(0)
+def normalise_row(row: dict) -> dict:
+    """Rows of every version in today's shape: `packages` (older rows said `versions`), `layer` an int."""
+    if "versions" in row and "packages" not in row:
+        row = {**row, "packages": row["versions"]}
+        del row["versions"]
+    layer = row.get("layer")
+    if isinstance(layer, str) and layer.lstrip("-").isdigit():
+        row = {**row, "layer": int(layer)}
+    elif isinstance(layer, float) and layer.is_integer():
+        row = {**row, "layer": int(layer)}
+    return row
+
+
+def duplicate_units(rows: list[dict]) -> dict[str, int]:
+    """{unit: times written} for units whose rows are in the store more than once (the same unit and
+    metric on several lines: two runs computed it)."""
+    counts = Counter((r.get("unit"), r.get("metric")) for r in rows if r.get("unit"))
+    out: dict[str, int] = {}
+    for (unit, _), n in counts.items():
+        if n > 1:
+            out[unit] = max(out.get(unit, 0), n)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def _is_ours(owner: dict) -> bool:
+    return owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
+
+
+def _read_claim(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # unreadable claim: treat as stale rather than block the unit forever
+        return {"pid": -1, "host": socket.gethostname(), "since": 0}
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _json_default(obj):
@@ -116,5 +251,6 @@ def _json_default(obj):
 
 
 @functools.lru_cache(maxsize=1)
-def _provenance() -> dict:
-    return {"git_revision": git_revision(), "versions": package_versions()}
+def _row_provenance() -> dict:
+    """utils.provenance without the machine block (it would repeat on every row); once per process."""
+    return provenance(machine=False)

@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import deep_merge, dump_yaml, from_dict, load_config
+from crossbert_model.args import ConfigError, deep_merge, dump_yaml, from_dict, load_config
+from crossbert_model.errors import debug_requested, exit_on_user_error
 from crossbert_model.checkpoint import list_checkpoints
-from crossbert_model.config import config_from_preset, parameter_counts, training_flops_per_token
-from crossbert_model.train import TrainConfig
-from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, provenance, read_jsonl, set_offline_env
+from crossbert_model.config import parameter_counts, training_flops_per_token
+from crossbert_model.train import TrainConfig, model_config_from_args, validate_config
+from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, data_root, provenance, read_jsonl, set_offline_env
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -76,6 +77,7 @@ class RunSpec:
     size: str
     seed: int
     train: TrainConfig
+    flops_per_token: float = 0.0  # training FLOPs per corpus token of the model the trainer will build
 
     @property
     def key(self) -> str:
@@ -85,9 +87,11 @@ class RunSpec:
 def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
     """Every (objective, size, seed) with its resolved training config, cheapest first."""
     if cfg.budget not in ("tokens", "flops"):
-        raise ValueError(f"sweep field 'budget': expected 'tokens' or 'flops', got {cfg.budget!r}")
-    if cfg.budget == "flops" and not cfg.budget_flops:
-        raise ValueError("sweep field 'budget_flops' must be set when budget=flops")
+        raise ConfigError(f"sweep field 'budget': expected 'tokens' or 'flops', got {cfg.budget!r}")
+    if cfg.budget == "flops" and not (cfg.budget_flops and cfg.budget_flops > 0):
+        raise ConfigError(f"sweep field 'budget_flops': expected a positive number when budget=flops, got {cfg.budget_flops!r}")
+    if cfg.budget == "tokens" and cfg.budget_tokens < 1:
+        raise ConfigError(f"sweep field 'budget_tokens': expected a positive integer, got {cfg.budget_tokens!r}")
     runs = []
     for size in cfg.sizes:
         for obj in cfg.objectives:
@@ -98,23 +102,24 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
                     "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
                               "complementary_masking": obj.complementary_masking},
                 })  # fmt: skip
+                if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
+                    data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
                 tc = from_dict(TrainConfig, data)
-                flops_per_token = training_flops_per_token(_shape(tc), tc.data.seq_len)
+                flops_per_token = planned_flops_per_token(tc)
                 tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
                 tc.max_tokens = None
                 tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
                 tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
                 tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
-                runs.append(RunSpec(obj, size, seed, tc))
-    return sorted(runs, key=lambda r: training_flops_per_token(_shape(r.train), r.train.data.seq_len) * r.train.steps)
+                validate_config(tc)  # a bad train override fails here, before any run of the sweep starts
+                runs.append(RunSpec(obj, size, seed, tc, flops_per_token))
+    return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
 
 
-def _shape(tc: TrainConfig):
-    m = tc.model
-    return config_from_preset(
-        m.preset, objective=m.objective, mask_ratio=m.mask_ratio, complementary_masking=m.complementary_masking,
-        predictor_layers=m.predictor_layers, vocab_size=tc.data.vocab_size,
-    )  # fmt: skip
+def planned_flops_per_token(tc: TrainConfig) -> float:
+    """Training FLOPs per corpus token of the model `tc` trains: the trainer's own model-args translation,
+    so shape overrides (hidden_size, mlp_type, ...) count; the vocabulary is data.vocab_size."""
+    return training_flops_per_token(model_config_from_args(tc.model, tc.data), tc.data.seq_len)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,7 +150,7 @@ class Sweep:
         atomic_write_text(self.root / "sweep.yaml", dump_yaml(self.cfg))
         plan = [{"run": r.key, "objective": r.objective.name, "size": r.size, "seed": r.seed, "steps": r.train.steps,
                  "checkpoint_steps": r.train.checkpoint_steps, "batch_size": r.train.batch_size,
-                 "seq_len": r.train.data.seq_len} for r in self.runs]  # fmt: skip
+                 "seq_len": r.train.data.seq_len, "train_flops_per_token": r.flops_per_token} for r in self.runs]  # fmt: skip
         atomic_write_json(self.root / "plan.json", {"runs": plan, **provenance()})
 
     def train_run(self, run: RunSpec) -> None:
@@ -164,7 +169,7 @@ class Sweep:
         from crossbert_eval.encoders import FrozenEncoder
         from crossbert_eval.mteb_runner import run_mteb
         from crossbert_eval.probe import ProbeRunner, ProbeSettings
-        from crossbert_eval.tasks import resolve_tasks
+        from crossbert_eval.tasks import TaskDataMissing, resolve_tasks
 
         checkpoints = [(s, p) for s, p in list_checkpoints(run.train.run_dir) if s in run.train.checkpoint_steps]
         for step, path in sorted(checkpoints, reverse=True):
@@ -182,12 +187,12 @@ class Sweep:
                 with self.timed("probe", run, step=step):
                     runner.run(resolve_tasks(self.cfg.probe_tasks))
                 if runner.missing:
-                    raise RuntimeError(f"sweep {self.cfg.name}: probe task data missing: {runner.missing}")
+                    raise TaskDataMissing(f"sweep {self.cfg.name}: probe task data missing: {'; '.join(runner.missing.values())}")
             layers = encoder.layer_indices(self.cfg.mteb_layers if final else self.cfg.intermediate_layers)
             for layer in layers if self.cfg.mteb_tasks else []:
                 with self.timed("mteb", run, step=step, layer=layer):
                     run_mteb(
-                        encoder, tasks=self.cfg.mteb_tasks, benchmark=None, layer=str(layer), pooling=self.cfg.poolings[0],
+                        encoder, tasks=self.cfg.mteb_tasks, benchmark=None, layer=layer, pooling=self.cfg.poolings[0],
                         out_dir=self.root / "mteb", results_dir=str(self.results_dir),
                         feature_cache=str(self.root / "features"), batch_size=self.cfg.batch_size, data_root=self.cfg.data_root,
                         cache_layers=layers,
@@ -237,14 +242,19 @@ class Sweep:
 
 def run_sweep(cfg: SweepConfig) -> Path:
     set_offline_env()
+    cfg.data_root = str(data_root(cfg.data_root))  # resolved once: probes and every run's training read this root
     return Sweep(cfg).run()
 
 
 def main(argv: list[str] | None = None) -> None:
+    """torchrun entry point (`crossbert sweep` is the same for one process)."""
     argv = sys.argv[1:] if argv is None else argv
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != "--debug"]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     path, overrides = (argv[0], argv[1:]) if argv and "=" not in argv[0] else (None, argv)
-    run_sweep(load_config(SweepConfig, path, overrides))
+    with exit_on_user_error("crossbert_eval.sweep", debug):
+        run_sweep(load_config(SweepConfig, path, overrides))
 
 
 if __name__ == "__main__":

@@ -5,26 +5,34 @@
         tokenizer.json tokenizer_config.json ...
         trainer_state.json                  <- step, tokens seen, validation metrics, git revision
         optimizer.pt                        <- AdamW state (tensors only; loaded with weights_only=True)
+        COMPLETE                            <- written last: the folder is whole
 
-A checkpoint folder is written under a temporary name and renamed when complete, so every
-`step_*` folder that exists is whole; a killed save leaves only a hidden `.step_*.tmp`.
+A checkpoint folder is written under a temporary name, gets its COMPLETE marker as the last file,
+and is renamed when complete; only folders with the marker are listed. A killed save leaves only a
+hidden `.step_*.tmp`. A file damaged later (a truncated copy, a full disk) raises CheckpointError
+naming the file, so a resume can fall back to the previous checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 
 from .config import CrossBertConfig
 from .model import PRETRAINING_CLASSES
 from .utils import atomic_path, atomic_write_json
 from .errors import CrossbertError
 
+log = logging.getLogger(__name__)
 STEP_DIR = re.compile(r"^step_(\d+)$")
+COMPLETE_MARKER = "COMPLETE"
 
 
 class CheckpointError(CrossbertError, ValueError):
@@ -42,8 +50,10 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     found = []
     for p in root.iterdir():
         m = STEP_DIR.match(p.name)
-        if m and (p / "trainer_state.json").exists():
+        if m and (p / COMPLETE_MARKER).exists():
             found.append((int(m.group(1)), p))
+        elif m:  # never silently: a folder copied half-way, or one written before the marker existed
+            log.warning("%s: no %s marker, so not used as a checkpoint (touch %s if you trust it)", p, COMPLETE_MARKER, p / COMPLETE_MARKER)
     return sorted(found)
 
 
@@ -69,14 +79,61 @@ def save_checkpoint(
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / "optimizer.pt")
         atomic_write_json(tmp / "trainer_state.json", trainer_state)
+        (tmp / COMPLETE_MARKER).write_text(f"step {trainer_state.get('step')}\n")  # last: everything above is written
     return path
+
+
+def _model_file(path: Path) -> Path:
+    file = Path(path) / "model.safetensors"
+    if not file.is_file():
+        raise CheckpointError(f"{file}: missing (the checkpoint folder has no model.safetensors)")
+    return file
+
+
+def _unreadable(file: Path, error: Exception) -> CheckpointError:
+    return CheckpointError(f"{file}: not a readable safetensors file (truncated or corrupt?): {error}")
+
+
+def load_model_state(path: Path) -> dict:
+    """The model state dict of a checkpoint; a truncated or corrupt file is a CheckpointError naming it."""
+    file = _model_file(path)
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise _unreadable(file, e) from None
+
+
+def check_model_file(path: Path) -> None:
+    """Open the model file's header (cheap: memory-mapped) so that a damaged file fails with its name,
+    not deep inside transformers. safetensors checks that the header covers the whole file, which
+    catches truncation."""
+    check_safetensors_file(_model_file(path))
+
+
+def check_safetensors_file(file: Path) -> None:
+    try:
+        with safe_open(str(file), "pt"):
+            pass
+    except (SafetensorError, OSError, ValueError) as e:
+        raise _unreadable(file, e) from None
+
+
+def read_trainer_state(path: Path) -> dict:
+    file = Path(path) / "trainer_state.json"
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{file}: not a readable trainer state (expected JSON written by the trainer): {e}") from None
 
 
 def read_config(path: Path) -> CrossBertConfig:
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         raise CheckpointError(f"{path}: not a checkpoint folder (no config.json)")
-    data = json.loads(config_file.read_text())
+    try:
+        data = json.loads(config_file.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{config_file}: not valid JSON (truncated or corrupt?): {e}") from None
     if data.get("model_type") != CrossBertConfig.model_type:
         raise CheckpointError(
             f"{config_file}: model_type is {data.get('model_type')!r}, expected {CrossBertConfig.model_type!r} "
@@ -87,10 +144,16 @@ def read_config(path: Path) -> CrossBertConfig:
 
 def load_optimizer_state(path: Path) -> dict | None:
     file = Path(path) / "optimizer.pt"
-    return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
+    if not file.is_file():
+        return None
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise CheckpointError(f"{file}: not a readable optimizer state (truncated or corrupt?): {e}") from None
 
 
 def pretraining_model_from_pretrained(path: str | Path):
     """The pre-training model (encoder + head or predictor) of a checkpoint, whatever its objective."""
     config = read_config(Path(path))
+    check_model_file(Path(path))
     return PRETRAINING_CLASSES[config.objective].from_pretrained(str(path), local_files_only=True)

@@ -61,13 +61,32 @@ class DataArgs:
 # ------------------------------------------------------------------------------------------------
 
 
-def _open_text(path: Path):
+def _open_binary(path: Path):
     name = path.name
     if name.endswith(".xz"):
-        return lzma.open(path, "rt", encoding="utf-8")
+        return lzma.open(path, "rb")
     if name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a corpus file. Read as bytes and decoded line by line, so that a byte
+    that is not UTF-8 is reported with its file, line and offset (text mode only says 'position N'
+    of some internal buffer)."""
+    compressed = path.name.endswith((".xz", ".gz"))
+    offset = 0
+    with _open_binary(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                where = " of the decompressed text" if compressed else ""
+                raise DataError(
+                    f"{path}:{lineno}: not valid UTF-8 at byte {offset + e.start}{where} "
+                    f"(byte {e.start} of the line: {raw[e.start:e.start + 1]!r}); re-encode the file as UTF-8"
+                ) from None
+            offset += len(raw)
 
 
 def corpus_files(corpus: str, root: str | None = None) -> list[Path]:
@@ -95,34 +114,39 @@ def iter_documents(corpus: str, text_field: str = "text", root: str | None = Non
         yield from _iter_hub_documents(corpus[3:], text_field)
         return
     for path in corpus_files(corpus, root):
-        with _open_text(path) as f:
-            if ".jsonl" in path.name:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-                    if not isinstance(row, dict) or text_field not in row:
-                        fields = list(row) if isinstance(row, dict) else type(row).__name__
-                        raise DataError(
-                            f"{path}:{lineno}: no text field {text_field!r} (fields present: {fields}); set data.text_field"
-                        )
-                    if not isinstance(row[text_field], str):
-                        raise DataError(f"{path}:{lineno}: field {text_field!r} must be a string, got {type(row[text_field]).__name__}")
-                    if row[text_field].strip():
-                        yield row[text_field]
-            else:
-                paragraph: list[str] = []
-                for line in f:
-                    if line.strip():
-                        paragraph.append(line.rstrip("\n"))
-                    elif paragraph:
-                        yield "\n".join(paragraph)
-                        paragraph = []
-                if paragraph:
-                    yield "\n".join(paragraph)
+        if ".jsonl" in path.name:
+            yield from _jsonl_documents(path, text_field)
+        else:
+            yield from _txt_documents(path)
+
+
+def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+    for lineno, line in _text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or text_field not in row:
+            fields = list(row) if isinstance(row, dict) else type(row).__name__
+            raise DataError(f"{path}:{lineno}: no text field {text_field!r} (fields present: {fields}); set data.text_field")
+        if not isinstance(row[text_field], str):
+            raise DataError(f"{path}:{lineno}: field {text_field!r} must be a string, got {type(row[text_field]).__name__}")
+        if row[text_field].strip():
+            yield row[text_field]
+
+
+def _txt_documents(path: Path) -> Iterator[str]:
+    paragraph: list[str] = []
+    for _, line in _text_lines(path):
+        if line.strip():
+            paragraph.append(line.rstrip("\r\n"))
+        elif paragraph:
+            yield "\n".join(paragraph)
+            paragraph = []
+    if paragraph:
+        yield "\n".join(paragraph)
 
 
 def _iter_hub_documents(dataset_id: str, text_field: str) -> Iterator[str]:
@@ -138,6 +162,16 @@ def _iter_hub_documents(dataset_id: str, text_field: str) -> Iterator[str]:
 
 def _is_validation(doc_index: int, val_fraction: float, seed: int) -> bool:
     return zlib.crc32(f"{seed}:{doc_index}".encode()) < val_fraction * 2**32
+
+
+def corpus_location(args: DataArgs) -> str:
+    """The corpus as a user can find it: `${data_root}` expanded (hub ids as given)."""
+    if args.corpus.startswith("hf:"):
+        return args.corpus
+    try:
+        return str(expand_data_path(args.corpus, args.data_root))
+    except FileNotFoundError:  # no data root: the error comes later, with its own message
+        return args.corpus
 
 
 def corpus_fingerprint(args: DataArgs) -> dict:
@@ -236,7 +270,7 @@ def prepare_tokenizer(args: DataArgs):
     if (out / "tokenizer.json").exists():
         log.info("tokenizer: reusing %s", out)
         return load_tokenizer(out)
-    log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, args.corpus)
+    log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
     train_docs = (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
     train_wordpiece(train_docs, args.vocab_size, out)
     return load_tokenizer(out)
@@ -300,10 +334,10 @@ def tokenize_corpus(args: DataArgs, tokenizer) -> Path:
         for f in files.values():
             f.close()
         if counts["train"] == 0:
-            raise DataError(f"corpus {args.corpus}: no training text found (field {args.text_field!r})")
+            raise DataError(f"corpus {corpus_location(args)}: no training text found (field {args.text_field!r})")
         atomic_write_json(
             tmp / "meta.json",
-            {"dtype": np.dtype(dtype).name, "tokens": counts, "documents": docs, "corpus": args.corpus, "key": key},
+            {"dtype": np.dtype(dtype).name, "tokens": counts, "documents": docs, "corpus": corpus_location(args), "key": key},
         )
     log.info("tokenized corpus: %s train tokens, %s val tokens -> %s", counts["train"], counts["val"], out)
     return out

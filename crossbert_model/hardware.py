@@ -1,8 +1,15 @@
 """What this machine's arithmetic is worth: measured matmul peak and whether bf16 autocast pays.
 
-bf16 is not assumed to help on CPU: on a CPU without native bf16 dot products (AVX2-only EPYC, for
-one) PyTorch emulates it and a bf16 matmul runs hundreds of times slower than fp32. `dtype=auto`
-therefore measures both and takes bf16 only where it is clearly faster.
+Precision policy (`dtype` of a training config, `--dtype` of frozen evaluation):
+
+* `fp32`: no autocast. `bf16`: bfloat16 autocast.
+* `auto` is decided ONCE, by `resolve_dtype` / `resolve_precision`, and the decision is what a run
+  records and keeps. On CUDA it is bf16 where the GPU supports it. On CPU it is bf16 only where a
+  measured matmul (`bf16_speedup`) runs at least `BF16_MIN_SPEEDUP` times faster in bf16: on a CPU
+  without native bf16 dot products (AVX2-only EPYC, for one) PyTorch emulates it and a bf16 matmul
+  runs hundreds of times slower than fp32. The measurement is noisy on a shared machine, which is
+  why a training run resolves `auto` at its start, writes the result (`dtype: bf16` or `fp32`) into
+  its config.yaml, and a resume keeps it instead of measuring again.
 """
 
 from __future__ import annotations
@@ -11,6 +18,12 @@ import functools
 import time
 
 import torch
+
+from .args import ConfigError
+
+DTYPES = ("auto", "fp32", "bf16")
+# bf16 must be clearly faster to be worth its rounding: a ratio near 1 is timing noise.
+BF16_MIN_SPEEDUP = 1.2
 
 
 def _sync(device: torch.device) -> None:
@@ -45,14 +58,41 @@ def bf16_speedup(device_str: str) -> float:
     return bf16 / fp32
 
 
-def autocast_dtype(requested: str, device: torch.device) -> torch.dtype | None:
-    """`fp32` -> None (no autocast); `bf16` -> bfloat16; `auto` -> bfloat16 where measured faster."""
-    if requested == "fp32":
-        return None
-    if requested == "bf16":
-        return torch.bfloat16
+def check_dtype(requested: str, field: str = "dtype") -> None:
+    if requested not in DTYPES:
+        raise ConfigError(f"config field {field!r}: expected one of {', '.join(DTYPES)}, got {requested!r}")
+
+
+def resolve_precision(requested: str, device: torch.device) -> dict:
+    """The concrete precision for `requested` on `device`, with what decided it (for run_info.json):
+    {"requested", "resolved" ('fp32' | 'bf16'), "bf16_speedup" (measured, or None), "reason"}."""
+    check_dtype(requested)
+    device = torch.device(device)
     if requested != "auto":
-        raise ValueError(f"config field 'dtype': expected 'auto', 'fp32' or 'bf16', got {requested!r}")
+        return {"requested": requested, "resolved": requested, "bf16_speedup": None, "reason": "requested"}
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-    return torch.bfloat16 if bf16_speedup(str(device)) > 1.2 else None
+        supported = torch.cuda.is_bf16_supported()
+        reason = "cuda device supports bf16" if supported else "cuda device lacks bf16"
+        return {"requested": "auto", "resolved": "bf16" if supported else "fp32", "bf16_speedup": None, "reason": reason}
+    speedup = bf16_speedup(str(device))
+    faster = speedup >= BF16_MIN_SPEEDUP
+    reason = f"measured bf16 matmul speed-up {speedup:.2f} {'>=' if faster else '<'} {BF16_MIN_SPEEDUP}"
+    return {"requested": "auto", "resolved": "bf16" if faster else "fp32", "bf16_speedup": speedup, "reason": reason}
+
+
+def resolve_dtype(requested: str, device: torch.device | str) -> str:
+    """'auto' | 'fp32' | 'bf16' -> 'fp32' | 'bf16' (see the module docstring for what `auto` does)."""
+    return resolve_precision(requested, torch.device(device))["resolved"]
+
+
+def torch_autocast_dtype(resolved: str) -> torch.dtype | None:
+    """A resolved dtype -> the autocast dtype (None: no autocast)."""
+    check_dtype(resolved)
+    if resolved == "auto":
+        raise ValueError("torch_autocast_dtype needs a resolved dtype ('fp32' or 'bf16'); call resolve_dtype first")
+    return torch.bfloat16 if resolved == "bf16" else None
+
+
+def autocast_dtype(requested: str, device: torch.device) -> torch.dtype | None:
+    """`fp32` -> None (no autocast); `bf16` -> bfloat16; `auto` -> as `resolve_dtype` decides."""
+    return torch_autocast_dtype(resolve_dtype(requested, device))

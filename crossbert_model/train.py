@@ -8,11 +8,18 @@ generator seeded by (seed, step) and drawn for the whole global batch on every r
 from a checkpoint reproduces the uninterrupted run, and N processes reproduce one process at the same
 global batch. The loss is normalised by the number of predicted tokens of the global batch, so
 gradient accumulation and DDP give the same update as one big batch.
+
+Before anything is written the config is validated (each error names its field) and `dtype=auto` is
+resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient norm is non-finite, or
+whose loss is above `divergence_threshold`, stops the run before the update, and a diverged model is
+never checkpointed; `resume_allow_changes=[optim.lr]` continues from the latest checkpoint with
+another learning rate, recorded in run_info.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -25,26 +32,27 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from . import distributed as D
 from .args import ConfigError, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
 from .checkpoint import (
+    CheckpointError,
     checkpoint_dir,
-    latest_checkpoint,
     list_checkpoints,
+    load_model_state,
     load_optimizer_state,
+    read_trainer_state,
     remove_stale_temporaries,
     save_checkpoint,
 )
-from .config import CrossBertConfig, config_from_preset, describe, training_flops_per_token
-from .data import DataArgs, EpochSampler, check_tokenizer_matches, prepare_data, special_token_config
-from .hardware import autocast_dtype, matmul_flops
+from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, describe, training_flops_per_token
+from .data import DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
+from .hardware import DTYPES, matmul_flops, resolve_precision, torch_autocast_dtype
 from .masking import num_targets, pretraining_batch
 from .model import Block, PredictorBlock, pretraining_model_for
-from .utils import atomic_write_json, atomic_write_text, append_jsonl, provenance, quiet_transformers, read_jsonl, set_offline_env
-from .errors import CrossbertError
+from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
+from .errors import CrossbertError, debug_requested, exit_on_user_error
 
 log = logging.getLogger("crossbert.train")
 
@@ -87,16 +95,19 @@ class TrainConfig:
     max_tokens: int | None = None  # corpus-token budget; when set it decides `steps`
     batch_size: int = 32  # sequences per optimizer step, over all processes
     grad_accum: int = 1
-    dtype: str = "auto"  # auto | fp32 | bf16 (autocast)
+    dtype: str = "auto"  # auto | fp32 | bf16 (autocast); auto is resolved once at the start, config.yaml holds the result
     log_every: int = 10
     eval_every: int = 200
     eval_sequences: int = 256
     checkpoint_steps: list[int] = field(default_factory=list)  # kept for probing along training
-    checkpoint_every: int = 0  # periodic resume points; only the newest is kept
+    checkpoint_every: int = 0  # periodic resume points; the newest KEEP_PERIODIC are kept
     resume: bool = True
     distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
     num_threads: int | None = None
     peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
+    # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
+    # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
+    resume_allow_changes: list[str] = field(default_factory=list)
     model: ModelArgs = field(default_factory=ModelArgs)
     data: DataArgs = field(default_factory=DataArgs)
     optim: OptimArgs = field(default_factory=OptimArgs)
@@ -115,17 +126,157 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
+    "resume_allow_changes",
 }  # fmt: skip
 
+# Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
+KEEP_PERIODIC = 2
 
-class NonFiniteLossError(CrossbertError, RuntimeError):
-    pass
+
+class TrainingDivergedError(CrossbertError, RuntimeError):
+    """Training blew up: the message names the condition, the latest usable checkpoint and how to continue."""
 
 
-def build_model_config(cfg: TrainConfig, tokenizer) -> CrossBertConfig:
-    m = cfg.model
+class NonFiniteLossError(TrainingDivergedError):
+    """The loss or the gradient norm is inf / nan."""
+
+
+def divergence_threshold(vocab_size: int) -> float:
+    """The masked-token loss above which a run counts as diverged: max(2 x ln(vocab_size), 10).
+
+    A model that has learnt nothing predicts the uniform distribution over the vocabulary, a loss of
+    ln(V), and a freshly initialised model starts about there; training only goes down from it. A
+    loss of twice that is a model confidently wrong on most tokens, which a healthy run never is and a
+    blown-up update (too high a learning rate) is at once. The floor of 10 keeps very small
+    vocabularies (tests) from tripping on early noise."""
+    return max(2.0 * math.log(max(vocab_size, 2)), 10.0)
+
+
+def loss_is_usable(loss: float | None, threshold: float) -> bool:
+    return loss is None or (math.isfinite(loss) and loss <= threshold)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config validation: every value checked before anything is written, each error names its field.
+# --------------------------------------------------------------------------------------------------
+
+
+def _require(ok: bool, name: str, expected: str, value) -> None:
+    if not ok:
+        raise ConfigError(f"config field {name!r}: expected {expected}, got {value!r}")
+
+
+def _positive_int(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    _require(ok, name, "a positive integer" + (" or null" if optional else ""), value)
+
+
+def _non_negative_int(name: str, value) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, name, "an integer >= 0", value)
+
+
+def _number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    _require(ok, name, f"a number in {interval}", value)
+
+
+def _positive_number(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    _require(ok, name, "a positive number" + (" or null" if optional else ""), value)
+
+
+def _one_of(name: str, value, choices) -> None:
+    _require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
+    if cfg.max_tokens is None:
+        _positive_int("steps", cfg.steps)
+    _positive_int("max_tokens", cfg.max_tokens, optional=True)
+    for name in ("batch_size", "grad_accum", "log_every"):
+        _positive_int(name, getattr(cfg, name))
+    for name in ("eval_every", "eval_sequences", "checkpoint_every"):  # 0: only at checkpoints / none / off
+        _non_negative_int(name, getattr(cfg, name))
+    for i, step in enumerate(cfg.checkpoint_steps):
+        _positive_int(f"checkpoint_steps[{i}]", step)
+    _positive_int("num_threads", cfg.num_threads, optional=True)
+    _positive_number("peak_flops", cfg.peak_flops, optional=True)
+    _one_of("dtype", cfg.dtype, DTYPES)
+    _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
+    _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
+    _validate_model(cfg.model)
+    _validate_data(cfg.data)
+    _validate_optim(cfg.optim)
+    _check_dotted_keys("resume_allow_changes", cfg.resume_allow_changes, cfg)
+    try:
+        model_config_from_args(cfg.model, cfg.data)
+    except ValueError as e:  # what CrossBertConfig itself refuses (e.g. hidden_size not divisible by heads)
+        raise ConfigError(f"config section 'model': {e}") from None
+
+
+def _validate_model(m: ModelArgs) -> None:
+    _one_of("model.preset", m.preset, tuple(PRESETS))
+    _one_of("model.objective", m.objective, OBJECTIVES)
+    if m.mask_ratio is not None:
+        _number_in("model.mask_ratio", m.mask_ratio, 0.0, 1.0, True, True)
+    _positive_int("model.predictor_layers", m.predictor_layers)
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size"):
+        _positive_int(f"model.{name}", getattr(m, name), optional=True)
+    _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
+    _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))
+
+
+def _validate_data(d: DataArgs) -> None:
+    _require(isinstance(d.seq_len, int) and d.seq_len >= 3, "data.seq_len", "an integer >= 3 ([CLS] + text + [SEP])", d.seq_len)
+    _positive_int("data.vocab_size", d.vocab_size)
+    _number_in("data.val_fraction", d.val_fraction, 0.0, 1.0, False, True)
+    _positive_int("data.max_documents", d.max_documents, optional=True)
+
+
+def _validate_optim(o: OptimArgs) -> None:
+    _positive_number("optim.lr", o.lr)
+    _number_in("optim.weight_decay", o.weight_decay, 0.0, math.inf, False, True)
+    _number_in("optim.beta1", o.beta1, 0.0, 1.0, False, True)
+    _number_in("optim.beta2", o.beta2, 0.0, 1.0, False, True)
+    _positive_number("optim.eps", o.eps)
+    _non_negative_int("optim.warmup_steps", o.warmup_steps)
+    _one_of("optim.schedule", o.schedule, ("cosine", "linear", "constant"))
+    _number_in("optim.min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, False, False)
+    _positive_number("optim.grad_clip", o.grad_clip)
+
+
+def _dotted_keys(data: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for k, v in data.items():
+        keys.add(prefix + k)
+        if isinstance(v, dict):
+            keys |= _dotted_keys(v, f"{prefix}{k}.")
+    return keys
+
+
+def _check_dotted_keys(name: str, keys: list[str], cfg: TrainConfig) -> None:
+    valid = _dotted_keys(to_dict(cfg))
+    for key in keys:
+        if key not in valid:
+            raise ConfigError(f"config field {name!r}: expected dotted config keys such as optim.lr, got unknown key {key!r}")
+
+
+def model_config_from_args(m: ModelArgs, data: DataArgs, tokenizer=None) -> CrossBertConfig:
+    """The one translation of model + data args into a CrossBertConfig (trainer and sweep planning).
+
+    With a tokenizer, the vocabulary and special-token ids are the tokenizer's. Without one (FLOP
+    planning before any data is prepared) the vocabulary is `data.vocab_size`, the size a trained
+    WordPiece is asked for; ids keep their defaults, which do not change the shape."""
     shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size")}
-    config = config_from_preset(
+    tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
+    return config_from_preset(
         m.preset,
         objective=m.objective,
         mask_ratio=m.mask_ratio,
@@ -133,10 +284,14 @@ def build_model_config(cfg: TrainConfig, tokenizer) -> CrossBertConfig:
         predictor_layers=m.predictor_layers,
         mlp_type=m.mlp_type,
         norm_type=m.norm_type,
-        max_position_embeddings=cfg.data.seq_len,
+        max_position_embeddings=data.seq_len,
         **shape,
-        **special_token_config(tokenizer),
+        **tokens,
     )
+
+
+def build_model_config(cfg: TrainConfig, tokenizer) -> CrossBertConfig:
+    config = model_config_from_args(cfg.model, cfg.data, tokenizer)
     check_tokenizer_matches(config, tokenizer, f"tokenizer {cfg.data.tokenizer!r}")
     return config
 
@@ -165,18 +320,53 @@ def make_optimizer(model: torch.nn.Module, o: OptimArgs) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
 
 
-def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> None:
+def read_saved_config(run_dir: Path) -> dict | None:
+    saved_file = Path(run_dir) / "config.yaml"
+    return read_yaml(saved_file) if saved_file.exists() else None
+
+
+def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> list[tuple[str, object, object]]:
+    """Refuse to resume a run folder trained with other defining values, except the keys listed in
+    `resume_allow_changes`; return those allowed changes as (key, saved, now)."""
     saved_file = run_dir / "config.yaml"
-    if not saved_file.exists():
-        return
-    saved, current = read_yaml(saved_file), to_dict(cfg)
-    diffs = [d for d in diff_dicts(saved, current) if d[0] not in NON_DEFINING_KEYS]
-    if diffs:
-        listing = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in diffs)
+    saved = read_saved_config(run_dir)
+    if saved is None:
+        return []
+    diffs = [d for d in diff_dicts(saved, to_dict(cfg)) if d[0] not in NON_DEFINING_KEYS]
+    # Runs saved before dtype was resolved at start recorded only 'auto': whatever it resolves to now is that run's choice.
+    diffs = [d for d in diffs if not (d[0] == "dtype" and d[1] == "auto")]
+    allowed = [d for d in diffs if _change_allowed(d[0], cfg.resume_allow_changes)]
+    refused = [d for d in diffs if not _change_allowed(d[0], cfg.resume_allow_changes)]
+    if refused:
+        listing = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in refused)
+        keys = ",".join(k for k, _, _ in refused)
         raise ConfigError(
             f"{saved_file}: this run folder was trained with another config ({listing}). "
-            "Use another `name=`/`out_dir=`, or `resume=false` after removing the folder."
+            f"To continue this run with the new value(s) on purpose, add resume_allow_changes=[{keys}]; "
+            "otherwise use another `name=`/`out_dir=`, or `resume=false` after removing the folder."
         )
+    return allowed
+
+
+def _change_allowed(key: str, allowed: list[str]) -> bool:
+    """`optim.lr` allows that key; a section (`optim`) allows every key under it."""
+    return any(key == a or key.startswith(a + ".") for a in allowed)
+
+
+def resolve_run_precision(cfg: TrainConfig, device: torch.device) -> dict:
+    """The run's concrete dtype, decided once: a resume with dtype=auto keeps what the run chose."""
+    saved = read_saved_config(cfg.run_dir) if cfg.resume else None
+    saved_dtype = (saved or {}).get("dtype")
+    if cfg.dtype == "auto" and saved_dtype in ("fp32", "bf16"):
+        info_file = cfg.run_dir / "run_info.json"
+        before = json.loads(info_file.read_text()).get("precision", {}) if info_file.exists() else {}
+        return {
+            "requested": "auto",
+            "resolved": saved_dtype,
+            "bf16_speedup": before.get("bf16_speedup"),
+            "reason": f"resume: kept dtype {saved_dtype} of {cfg.run_dir / 'config.yaml'}",
+        }
+    return resolve_precision(cfg.dtype, device)
 
 
 def slice_batch(batch: dict, start: int, stop: int) -> dict:
@@ -189,14 +379,20 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
+        validate_config(cfg)  # before anything is written
         self.env = D.init_distributed()
-        self.run_dir = cfg.run_dir
         if cfg.batch_size % (self.env.world_size * cfg.grad_accum):
             raise ConfigError(
-                f"batch_size ({cfg.batch_size}) must be divisible by processes x grad_accum "
-                f"({self.env.world_size} x {cfg.grad_accum})"
+                f"config field 'batch_size': expected a multiple of processes x grad_accum "
+                f"({self.env.world_size} x {cfg.grad_accum}), got {cfg.batch_size}"
             )
+        # dtype=auto is decided here, once; config.yaml records the decision and resumes keep it.
+        self.precision = self._same_on_every_rank(resolve_run_precision(cfg, self.env.device))
+        self.cfg = cfg = dataclasses.replace(cfg, dtype=self.precision["resolved"])
+        self.run_dir = cfg.run_dir
+        if (self.run_dir / "config.yaml").exists() and not cfg.resume:
+            raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
+        self.allowed_changes = check_resume_compatible(self.run_dir, cfg) if cfg.resume else []
         torch.set_num_threads(cfg.num_threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
         # Rank 0 tokenizes (once, cached); the others wait and then read the cache.
@@ -207,8 +403,9 @@ class Trainer:
             self.data = prepare_data(cfg.data)
 
         self.model_config = build_model_config(cfg, self.data.tokenizer)
+        self.max_loss = divergence_threshold(self.model_config.vocab_size)
         self.total_steps = cfg.total_steps()
-        self.amp_dtype = autocast_dtype(cfg.dtype, self.env.device)
+        self.amp_dtype = torch_autocast_dtype(cfg.dtype)
         torch.manual_seed(cfg.seed)
         model = pretraining_model_for(self.model_config).to(self.env.device)
         self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock))
@@ -222,37 +419,86 @@ class Trainer:
 
     # -- set-up ------------------------------------------------------------------------------------
 
+    def _same_on_every_rank(self, value):
+        """Rank 0's value everywhere: a measured decision (dtype=auto) must not differ between processes."""
+        if not self.env.enabled:
+            return value
+        box = [value]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
     def _resume_or_start(self) -> int:
-        cfg = self.cfg
-        latest = latest_checkpoint(self.run_dir) if cfg.resume else None
-        if (self.run_dir / "config.yaml").exists() and not cfg.resume:
-            raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
-        check_resume_compatible(self.run_dir, cfg)
+        step, path = self._load_latest_checkpoint() if self.cfg.resume else (0, None)
         if self.env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.run_dir)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
-            info = {
-                "model": describe(self.model_config, cfg.data.seq_len),
-                "total_steps": self.total_steps,
-                "world_size": self.env.world_size,
-                "autocast_dtype": str(self.amp_dtype) if self.amp_dtype else "float32",
-                "peak_flops": self.peak_flops,
-                "data": self.data.meta,
-                **provenance(),
-            }
-            atomic_write_json(self.run_dir / "run_info.json", info)
-        if latest is None:
-            return 0
-        step, path = latest
-        state = load_file(str(path / "model.safetensors"))
-        D.load_full_state(self.model, self.optimizer, state, load_optimizer_state(path))
-        if self.env.is_main:
-            # Forget metrics logged after the checkpoint: they will be produced again.
-            rows = [r for r in read_jsonl(self.run_dir / "metrics.jsonl") if r["step"] <= step]
-            atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-        (log.info if self.env.is_main else log.debug)("resumed %s from %s (step %d of %d)", self.run_dir, path, step, self.total_steps)
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
+            atomic_write_json(self.run_dir / "run_info.json", self._run_info(step))
+            metrics_file = self.run_dir / "metrics.jsonl"
+            if metrics_file.exists():
+                # Forget metrics logged after the checkpoint (all of them when starting over, as after a
+                # divergence before the first checkpoint): they will be produced again.
+                rows = [r for r in read_jsonl(metrics_file) if path is not None and r["step"] <= step]
+                atomic_write_text(metrics_file, "".join(json.dumps(r) + "\n" for r in rows))
+        if path is not None:
+            (log.info if self.env.is_main else log.debug)("resumed %s from %s (step %d of %d)", self.run_dir, path, step, self.total_steps)
         return step
+
+    def _run_info(self, step: int) -> dict:
+        info_file = self.run_dir / "run_info.json"
+        history = json.loads(info_file.read_text()).get("config_history", []) if info_file.exists() else []
+        if self.allowed_changes:
+            changes = {key: {"saved": old, "now": new} for key, old, new in self.allowed_changes}
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            history.append({"resumed_at_step": step, "changes": changes, "time": when})
+            log.info("resuming %s at step %d with changed %s (resume_allow_changes)", self.run_dir, step, ", ".join(changes))
+        return {
+            "model": describe(self.model_config, self.cfg.data.seq_len),
+            "total_steps": self.total_steps,
+            "world_size": self.env.world_size,
+            "precision": self.precision,  # requested, resolved, measured bf16 speed-up, why
+            "autocast_dtype": str(self.amp_dtype) if self.amp_dtype else "float32",
+            "peak_flops": self.peak_flops,
+            "divergence_threshold": self.max_loss,
+            "data": self.data.meta,
+            "config_history": history,
+            **provenance(),
+        }
+
+    def _load_latest_checkpoint(self) -> tuple[int, Path | None]:
+        """Load the newest usable checkpoint; a damaged one is set aside (renamed `step_*.corrupt`)
+        with a warning naming the file, and the previous one is used instead."""
+        candidates = list(reversed(list_checkpoints(self.run_dir)))
+        damaged = []
+        loaded = (0, None)
+        for step, path in candidates:
+            try:
+                val_loss = (read_trainer_state(path).get("metrics") or {}).get("val_loss")
+                if not loss_is_usable(val_loss, self.max_loss):
+                    log.warning("%s: validation loss %s is diverged; resuming from an earlier checkpoint", path, val_loss)
+                    continue
+                state = load_model_state(path)
+                optim_state = load_optimizer_state(path)
+            except CheckpointError as e:
+                log.warning("%s; resuming from the previous checkpoint instead", e)
+                damaged.append(path)
+                continue
+            D.load_full_state(self.model, self.optimizer, state, optim_state)
+            loaded = (step, path)
+            break
+        D.barrier(self.env)  # every rank has read before rank 0 moves damaged folders
+        if self.env.is_main:
+            for path in damaged:
+                aside = path.with_name(path.name + ".corrupt")
+                shutil.rmtree(aside, ignore_errors=True)
+                path.rename(aside)
+        if candidates and loaded[1] is None:
+            # Starting over silently would overwrite what the folder holds: the user decides.
+            raise CheckpointError(
+                f"{self.run_dir / 'checkpoints'}: no usable checkpoint to resume from "
+                f"({len(damaged)} damaged, renamed *.corrupt; the others diverged); remove the run folder to start over"
+            )
+        return loaded
 
     # -- one step ----------------------------------------------------------------------------------
 
@@ -286,13 +532,7 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
         (loss_sum,) = D.all_reduce_sum(env, loss_sum)
         loss = loss_sum / targets
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            latest = latest_checkpoint(self.run_dir)
-            raise NonFiniteLossError(
-                f"non-finite training loss {loss} (grad norm {grad_norm}) at step {step} of {self.run_dir}; "
-                f"nothing of this step was written; last good checkpoint: {latest[1] if latest else 'none'}. "
-                "Lower optim.lr or optim.grad_clip, or use dtype=fp32."
-            )
+        self._check_divergence(step, loss, grad_norm)  # before the update: the model stays as it was
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "targets": targets}
@@ -322,11 +562,56 @@ class Trainer:
         val_loss = total / max(count, 1)
         return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0)), "val_targets": int(count)}
 
+    # -- divergence ------------------------------------------------------------------------------
+
+    def _check_divergence(self, step: int, loss: float, grad_norm: float | None = None, what: str = "training loss") -> None:
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite {what} {loss} at step {step} of {self.run_dir}" + self._divergence_advice())
+        if grad_norm is not None and not math.isfinite(grad_norm):
+            raise NonFiniteLossError(
+                f"non-finite gradient norm {grad_norm} at step {step} of {self.run_dir} ({what} {loss:.4g})"
+                + self._divergence_advice()
+            )
+        if loss > self.max_loss:
+            raise TrainingDivergedError(
+                f"{what} {loss:.4g} at step {step} of {self.run_dir} is above the divergence threshold {self.max_loss:.3g} "
+                f"(max(2 x ln(vocab_size {self.model_config.vocab_size}), 10))" + self._divergence_advice()
+            )
+
+    def _divergence_advice(self) -> str:
+        usable = self.latest_usable_checkpoint()
+        lower = f"optim.lr=<lower than {self.cfg.optim.lr:g}>"
+        if usable is None:
+            return (
+                f"; nothing of this step was saved and the run has no usable checkpoint yet: start it again with {lower} "
+                "resume_allow_changes=[optim.lr] (it starts from step 0); "
+                "lowering optim.grad_clip or using dtype=fp32 may also help."
+            )
+        val_loss = "not measured" if usable[2] is None else f"{usable[2]:.4g}"
+        return (
+            f"; nothing of this step was saved. "
+            f"Latest usable checkpoint: {usable[1]} (step {usable[0]}, val_loss {val_loss}). "
+            f"To continue from it with a lower learning rate, run the same config with {lower} resume_allow_changes=[optim.lr] "
+            "(a resume starts at the latest checkpoint); lowering optim.grad_clip or using dtype=fp32 may also help."
+        )
+
+    def latest_usable_checkpoint(self) -> tuple[int, Path, float | None] | None:
+        """The newest checkpoint whose recorded validation loss is finite and below the threshold."""
+        for step, path in reversed(list_checkpoints(self.run_dir)):
+            try:
+                val_loss = (read_trainer_state(path).get("metrics") or {}).get("val_loss")
+            except CheckpointError:
+                continue
+            if loss_is_usable(val_loss, self.max_loss):
+                return step, path, val_loss
+        return None
+
     # -- checkpoints -------------------------------------------------------------------------------
 
     def _should_checkpoint(self, step: int) -> bool:
         cfg = self.cfg
-        return step == self.total_steps or step in cfg.checkpoint_steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+        periodic = bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+        return step == self.total_steps or step in cfg.checkpoint_steps or periodic
 
     def save(self, step: int, metrics: dict) -> None:
         cfg = self.cfg
@@ -341,30 +626,38 @@ class Trainer:
                 "train_flops": tokens * self.flops_per_token,
                 "objective": self.model_config.objective,
                 "run": str(self.run_dir),
+                "dtype": cfg.dtype,
                 "metrics": metrics,
                 **provenance(),
             }
             save_checkpoint(checkpoint_dir(self.run_dir, step), self.hf_model, model_state, self.data.tokenizer, state, optim_state)
-            # Periodic resume points are replaced by newer ones; probe checkpoints are kept.
-            keep = set(cfg.checkpoint_steps) | {self.total_steps, step}
-            for old_step, path in list_checkpoints(self.run_dir):
-                if old_step not in keep:
-                    shutil.rmtree(path, ignore_errors=True)
+            self._prune_periodic()
         D.barrier(self.env)
+
+    def _prune_periodic(self) -> None:
+        """Probe checkpoints and the final one are kept; of the periodic resume points, the newest
+        KEEP_PERIODIC, so that a resume can fall back when the newest one is damaged."""
+        protected = set(self.cfg.checkpoint_steps) | {self.total_steps}
+        periodic = [(s, p) for s, p in list_checkpoints(self.run_dir) if s not in protected]
+        for _, path in periodic[:-KEEP_PERIODIC]:
+            shutil.rmtree(path, ignore_errors=True)
 
     # -- the loop ----------------------------------------------------------------------------------
 
     def fit(self) -> Path:
         cfg, env = self.cfg, self.env
+        final = checkpoint_dir(self.run_dir, self.total_steps)
         if self.start_step >= self.total_steps:
             log.info("%s is complete (%d steps); nothing to do", self.run_dir, self.total_steps)
+            log.info("checkpoint: %s", final)
             return self.run_dir
         counts = describe(self.model_config, cfg.data.seq_len)
         (log.info if env.is_main else log.debug)(
             "training %s: %s %s (%s encoder params, %.3g train FLOPs/token), %d steps x %d seqs x %d tokens, "
-            "%d process(es), autocast %s",
+            "%d process(es), dtype %s (%s), corpus %s",
             self.run_dir, self.model_config.objective, cfg.model.preset, f"{counts['params_encoder']:,}",
-            self.flops_per_token, self.total_steps, cfg.batch_size, cfg.data.seq_len, env.world_size, self.amp_dtype or "off",
+            self.flops_per_token, self.total_steps, cfg.batch_size, cfg.data.seq_len, env.world_size, cfg.dtype,
+            self.precision["reason"], corpus_location(cfg.data),
         )  # fmt: skip
         self.model.train()
         views = self.model_config.num_views
@@ -400,21 +693,26 @@ class Trainer:
                     log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%%", done, self.total_steps, out["loss"], out["lr"], f"{tps:,.0f}", 100 * row["mfu"])
             checkpoint = self._should_checkpoint(done)
             # every checkpoint carries its validation loss (the sweep tables join probe scores with it)
-            val = self.evaluate() if (done % cfg.eval_every == 0 or checkpoint) else {}
+            val = self.evaluate() if ((cfg.eval_every and done % cfg.eval_every == 0) or checkpoint) else {}
             if val:
                 row = {**(row or {"step": done}), **val}
                 bar.write(f"step {done}: val_loss {val['val_loss']:.4f} (ppl {val['val_ppl']:.1f})") if env.is_main else None
             if row and env.is_main:
                 append_jsonl(self.run_dir / "metrics.jsonl", [row])
+            if val:  # a diverged model is never saved: the latest checkpoint stays a usable one
+                self._check_divergence(done, val["val_loss"], what="validation loss")
             if checkpoint:
                 self.save(done, val)
         bar.close()
+        log.info("checkpoint: %s", final)
         return self.run_dir
 
 
 def train(cfg: TrainConfig) -> Path:
     set_offline_env()
     quiet_transformers()
+    if "data_root" in cfg.data.corpus:  # resolved once, here: every process and log line sees this path
+        cfg.data.data_root = str(data_root(cfg.data.data_root))
     trainer = Trainer(cfg)
     try:
         return trainer.fit()
@@ -423,13 +721,17 @@ def train(cfg: TrainConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """torchrun entry point (`crossbert train` is the same for one process)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != "--debug"]
     path, overrides = (argv[0], argv[1:]) if "=" not in argv[0] else (None, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    train(load_config(TrainConfig, path, overrides))
+    with exit_on_user_error("crossbert_model.train", debug):
+        train(load_config(TrainConfig, path, overrides))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -13,6 +14,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import CrossbertError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATA_ROOT_ENV = "CROSSBERT_DATA_ROOT"
@@ -43,19 +46,32 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+class DataRootError(CrossbertError, FileNotFoundError):
+    pass
+
+
 def data_root(explicit: str | os.PathLike | None = None) -> Path:
-    """The data root: an explicit path, else $CROSSBERT_DATA_ROOT, else ../shared/data beside the checkout."""
-    candidates = [Path(explicit)] if explicit else []
+    """The one resolver of the data root: an explicit path, else $CROSSBERT_DATA_ROOT, else
+    ../shared/data beside the checkout. A root that is named (option or variable) but missing is an
+    error, never a silent fall-back to the default. Entry points resolve it once and pass it down."""
+    if explicit:
+        return _existing_root(Path(explicit), "--data-root / data_root")
     if os.environ.get(DATA_ROOT_ENV):
-        candidates.append(Path(os.environ[DATA_ROOT_ENV]))
-    candidates += [PROJECT_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
-    for c in candidates[: 1 if explicit else None]:
+        return _existing_root(Path(os.environ[DATA_ROOT_ENV]), f"${DATA_ROOT_ENV}")
+    candidates = [PROJECT_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for c in candidates:
         if c.is_dir():
             return c.resolve()
-    raise FileNotFoundError(
+    raise DataRootError(
         f"data root not found; looked in: {', '.join(str(c) for c in candidates)}. "
         f"Pass --data-root or set {DATA_ROOT_ENV} to the folder holding MANIFEST.md."
     )
+
+
+def _existing_root(path: Path, given_by: str) -> Path:
+    if not path.is_dir():
+        raise DataRootError(f"data root {path} (from {given_by}) is not a folder; expected the folder holding MANIFEST.md")
+    return path.resolve()
 
 
 def expand_data_path(path: str, root: str | os.PathLike | None = None) -> Path:
@@ -64,6 +80,15 @@ def expand_data_path(path: str, root: str | os.PathLike | None = None) -> Path:
         if path.startswith(prefix):
             return data_root(root) / path[len(prefix) :]
     return Path(path)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
 
 
 @contextlib.contextmanager
@@ -78,6 +103,9 @@ def atomic_path(target: str | os.PathLike, is_dir: bool = False) -> Iterator[Pat
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(name)
+    # mkstemp / mkdtemp create 0600 / 0700 whatever the umask: give the result the mode a plain
+    # open() / mkdir() would have, so run folders are as readable as the user's umask says.
+    tmp.chmod((0o777 if is_dir else 0o666) & ~_UMASK)
     try:
         yield tmp
         if is_dir and target.exists():
@@ -102,28 +130,62 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def append_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
-    """Append whole lines with one write + fsync; a killed process leaves at most a torn last line,
-    which `read_jsonl` skips."""
+def append_jsonl(path: str | os.PathLike, rows: list[dict], default=str) -> None:
+    """The one JSONL appender. All rows go in one write + fsync under an exclusive lock on the file,
+    so concurrent writers never interleave lines; a torn tail left by a killed writer is cut off
+    first, so the file always parses. `default` serialises what json cannot (numpy scalars, ...)."""
     if not rows:
         return
-    payload = "".join(json.dumps(r, default=str) + "\n" for r in rows)
-    with open(path, "a") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = "".join(json.dumps(r, default=default) + "\n" for r in rows).encode()
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            _cut_torn_tail(f)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _cut_torn_tail(f) -> None:
+    """Truncate an opened binary file after its last newline (a killed writer's partial line goes)."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    if size == 0:
+        return
+    f.seek(-1, os.SEEK_END)
+    if f.read(1) == b"\n":
+        return
+    pos = size - 1
+    while pos > 0:  # scan back in blocks for the last complete line
+        step = min(4096, pos)
+        f.seek(pos - step)
+        nl = f.read(step).rfind(b"\n")
+        if nl >= 0:
+            f.truncate(pos - step + nl + 1)
+            return
+        pos -= step
+    f.truncate(0)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The one JSONL reader: every whole line; a torn final line (a writer killed mid-append) is
+    skipped, a bad line elsewhere is an error naming the file and line."""
     path = Path(path)
     if not path.exists():
         return []
     rows = []
     with open(path) as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if not line.endswith("\n"):
                 break  # torn final line of a killed writer
-            rows.append(json.loads(line))
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CrossbertError(f"{path}:{lineno}: not a JSON line ({e.msg}); remove or fix that line") from None
     return rows
 
 
@@ -192,5 +254,10 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def provenance() -> dict[str, Any]:
-    return {"git_revision": git_revision(), "packages": package_versions(), "machine": machine_info()}
+def provenance(machine: bool = True) -> dict[str, Any]:
+    """What produced a result: code revision, package versions and (unless `machine=False`, as for the
+    per-row stamp of result rows, where it would repeat on every line) the machine."""
+    out: dict[str, Any] = {"git_revision": git_revision(), "packages": package_versions()}
+    if machine:
+        out["machine"] = machine_info()
+    return out

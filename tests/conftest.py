@@ -1,6 +1,7 @@
 """Shared fixtures. Tests run offline, with every cache in a temporary folder, on the real data root."""
 
 import os
+import socket
 import tempfile
 
 _CACHE = tempfile.mkdtemp(prefix="crossbert-test-cache-")
@@ -23,6 +24,24 @@ from crossbert_model.data import DataArgs, prepare_data  # noqa: E402
 from crossbert_model.utils import data_root, quiet_transformers  # noqa: E402
 
 quiet_transformers()
+
+# The suite must pass whether this CPU's bf16 is fast (AVX512-BF16 / AMX) or emulated (AVX2): set
+# CROSSBERT_TEST_BF16_SPEEDUP=0.01 (or 3.0) to fake the matmul measurement that `dtype=auto` decides by.
+if os.environ.get("CROSSBERT_TEST_BF16_SPEEDUP"):
+    from crossbert_model import hardware
+
+    hardware.bf16_speedup = lambda device_str, _value=float(os.environ["CROSSBERT_TEST_BF16_SPEEDUP"]): _value
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.fixture(scope="session")

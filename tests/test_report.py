@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossbert_eval.report import build_report
+from crossbert_eval.report import ReportError, build_report
+from crossbert_model.errors import CrossbertError
 
 SIZES = {"nano": (2, 100_000), "tiny": (4, 400_000)}  # layers, non-embedding params
 
@@ -76,6 +77,55 @@ def test_report_writes_every_plot_and_both_pages(sweep_root):
     assert len(summary) == 2 * 2 * 2 * 2  # objectives x sizes x seeds x checkpoints
 
 
-def test_report_of_an_empty_sweep_writes_nothing(tmp_path):
+def test_report_of_a_sweep_without_scores_writes_nothing(tmp_path):
+    (tmp_path / "sweep.yaml").write_text("name: empty\n")
     assert build_report(tmp_path) is None
     assert not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize("make", [False, True])
+def test_report_of_a_folder_that_is_no_sweep_is_a_user_error(tmp_path, make):
+    folder = tmp_path / "nothing"
+    if make:
+        folder.mkdir()
+    with pytest.raises(ReportError, match=r"nothing: not a sweep folder \(no results/results.jsonl or sweep.yaml\)") as e:
+        build_report(folder)
+    assert isinstance(e.value, CrossbertError)
+    assert not folder.exists() or not list(folder.iterdir())  # nothing written
+
+
+def _rewrite_results(root: Path, edit) -> None:
+    path = root / "results" / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    _write_jsonl(path, edit(rows))
+
+
+def test_report_flags_units_written_twice(sweep_root):
+    def duplicate_two(rows):
+        for i, r in enumerate(rows):
+            r["unit"] = f"u{i:05d}"
+        return rows + [dict(rows[0]), dict(rows[1]), dict(rows[1])]
+
+    _rewrite_results(sweep_root, duplicate_two)
+    md = build_report(sweep_root).read_text()
+    warning = next(line for line in md.splitlines() if "WARNING" in line)
+    assert "2 unit(s) are in results/results.jsonl more than once (3 extra copies" in warning
+    assert "u00000 (2x)" in warning and "u00001 (3x)" in warning
+
+
+def test_clean_store_has_no_duplicate_warning(sweep_root):
+    assert "WARNING" not in build_report(sweep_root).read_text()
+
+
+def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
+    """Rows written before provenance used `packages`, and with the layer as a string, read as today's."""
+    def old_style(rows):
+        return [{**r, "layer": str(r["layer"]), "versions": {"torch": "2.0"}} for r in rows]
+
+    _rewrite_results(sweep_root, old_style)
+    build_report(sweep_root)
+    scores = pd.read_csv(sweep_root / "tables" / "scores.csv")
+    assert scores["layer"].dtype.kind == "i" and scores["layer"].max() == 4
+    sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
+    row = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
+    assert row["SST-2:linear"] == pytest.approx(np.mean([100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))

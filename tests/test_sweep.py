@@ -36,12 +36,25 @@ def _run(config: Path, **popen):
     return subprocess.Popen([sys.executable, "-m", "crossbert_eval.sweep", str(config)], env=env, **popen)
 
 
+def _completed_units(root: Path) -> dict:
+    """Complete checkpoints, result rows and probed checkpoints a sweep folder holds."""
+    from crossbert_model.checkpoint import list_checkpoints
+    from crossbert_model.utils import read_jsonl
+
+    return {
+        "checkpoints": sum(len(list_checkpoints(run)) for run in (root / "runs").iterdir() if run.is_dir()),
+        "results": len(read_jsonl(root / "results" / "results.jsonl")),
+        "probed_checkpoints": len(read_jsonl(root / "checkpoints.jsonl")),
+    }
+
+
 def _final_scores(root: Path) -> pd.DataFrame:
     df = pd.read_csv(root / "tables" / "scores.csv")
     cols = ["run", "step", "task", "probe", "split", "layer", "metric", "value"]
     return df[cols].sort_values(cols[:-1]).reset_index(drop=True)
 
 
+@pytest.mark.slow  # two tiny sweeps end to end (about 1-4 minutes on 2 cores); `make test-all`
 def test_killed_sweep_resumes_to_the_tables_of_an_uninterrupted_one(tmp_path, corpus_args, corpus):
     straight = tiny_sweep(tmp_path, corpus_args, "straight")
     assert _run(straight, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait(timeout=900) == 0
@@ -55,9 +68,16 @@ def test_killed_sweep_resumes_to_the_tables_of_an_uninterrupted_one(tmp_path, co
         started = [p for p in second_run_metrics.glob("*/metrics.jsonl") if p.stat().st_size > 0]
         if len(started) == 2 and (tmp_path / "killed" / "results" / "results.jsonl").exists():
             break
+        assert proc.poll() is None, "the sweep ended before it could be killed during its second run"
         time.sleep(0.2)
+    else:
+        pytest.fail("the sweep never reached its second run")
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL  # killed, not finished
+    # What the kill left is less than a finished sweep: the resume below has work to do.
+    at_kill, finished = _completed_units(tmp_path / "killed"), _completed_units(tmp_path / "straight")
+    assert at_kill["checkpoints"] <= finished["checkpoints"] and at_kill["results"] < finished["results"], (at_kill, finished)
+    assert at_kill["probed_checkpoints"] < finished["probed_checkpoints"], (at_kill, finished)
     assert _run(killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait(timeout=900) == 0
     pd.testing.assert_frame_equal(_final_scores(tmp_path / "killed"), _final_scores(tmp_path / "straight"))
     for name in ("collapse", "layerwise", "training", "loss_vs_probe"):
@@ -91,3 +111,53 @@ def test_overrides_reach_into_the_free_form_train_section():
     runs = plan_runs(cfg)
     assert {r.train.data.cache_dir for r in runs} == {"/tmp/x"}
     assert {r.train.optim.lr for r in runs if r.size != "mini"} == {3e-4}  # size_overrides still win for mini
+
+
+class _TokenizerOfSize:
+    """Stands in for the trained WordPiece: the vocabulary size and special ids the trainer reads."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.pad_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id = 0, 2, 3, 4
+        self.all_special_ids = [0, 1, 2, 3, 4]
+
+    def __len__(self) -> int:
+        return self.size
+
+
+SHAPES = [
+    [],
+    ["train.model.hidden_size=512", "train.model.mlp_type=swiglu"],
+    ["train.model.num_hidden_layers=6", "train.model.intermediate_size=1024"],
+    ["train.model.norm_type=rmsnorm", "train.model.predictor_layers=4", "train.model.predictor_hidden_size=256"],
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "+".join(o.split(".")[-1] for o in s) or "preset")
+def test_planned_flops_are_those_of_the_model_the_trainer_builds(shape):
+    from crossbert_model.config import training_flops_per_token
+    from crossbert_model.train import build_model_config
+
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14", *shape])
+    for run in plan_runs(cfg):
+        built = build_model_config(run.train, _TokenizerOfSize(run.train.data.vocab_size))
+        assert run.flops_per_token == training_flops_per_token(built, run.train.data.seq_len), run.key
+
+
+def test_compute_budget_plans_follow_shape_overrides():
+    def steps(*overrides):
+        cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14", *overrides])
+        return {r.key: r.train.steps for r in plan_runs(cfg)}
+
+    plans = [steps(*shape) for shape in SHAPES]
+    for i, plan in enumerate(plans):
+        for other in plans[i + 1 :]:
+            assert plan["mlm-nano-s0"] != other["mlm-nano-s0"]
+    assert plans[1]["mlm-nano-s0"] < plans[0]["mlm-nano-s0"]  # a wider swiglu model gets fewer tokens for the same FLOPs
+
+
+def test_the_sweep_data_root_reaches_every_run(tmp_path):
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"data_root={tmp_path}"])
+    assert {r.train.data.data_root for r in plan_runs(cfg)} == {str(tmp_path)}
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
+    assert {r.train.data.data_root for r in plan_runs(cfg)} == {None}  # no sweep data_root: the runs' own lookup

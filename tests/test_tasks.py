@@ -130,3 +130,134 @@ def test_class_task_without_labels_is_refused(tmp_path):
 def test_unknown_task_field_is_refused(tmp_path):
     with pytest.raises(TaskError, match=r"unknown field\(s\) lables"):
         _task_file(tmp_path, TOY + "lables: [0, 1]\n", {})
+
+
+# ------------------------------------------------------------------------------------------------
+# Typed nested sections
+# ------------------------------------------------------------------------------------------------
+
+
+def test_every_task_file_loads_with_typed_sections():
+    from pathlib import Path
+
+    from crossbert_eval.tasks import ColumnsSpec, DataSpec, broken_tasks, tasks_dir
+
+    files = [p for p in Path(tasks_dir()).glob("**/*.yaml") if not p.name.startswith("_")]
+    assert broken_tasks() == {} and len(all_tasks()) == len(files)
+    for task in all_tasks().values():
+        assert isinstance(task.data, DataSpec) and isinstance(task.columns, ColumnsSpec)
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tsv, heder: true}",
+         r"Toy.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled$"),
+        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, hub: {path: x, nmae: y}}",
+         r"Toy.yaml: unknown key data.hub.nmae; valid keys under data.hub: path, name, revision, splits, columns$"),
+        ("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, lable: x}",
+         r"Toy.yaml: unknown key columns.lable; valid keys under columns: text, text_pair, label, group$"),
+        ("labels: [0, 1]", "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, sede: 1}",
+         r"Toy.yaml: unknown key holdout.sede; valid keys under holdout: source, train, test, test_fraction, seed, group$"),
+        ("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_split: [test]}",
+         r"Toy.yaml: unknown key mteb.eval_split; valid keys under mteb: type, eval_splits, train_split, subset, seed, .*max_score$"),
+        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tab}",
+         r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, got 'tab'"),
+        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, header: 'no'}",
+         r"Toy.yaml: data.header must be true or false, got 'no'"),
+        ("labels: [0, 1]", "labels: [0, 1]\nmteb: {eval_splits: [test]}", r"Toy.yaml: missing key mteb.type"),
+        ("data: {local: toy, format: tsv, header: true}", "data: toy", r"Toy.yaml: data must be a mapping of keys, got str 'toy'"),
+    ],
+)  # fmt: skip
+def test_nested_section_mistakes_name_file_and_key(tmp_path, old, new, message):
+    assert old in TOY
+    with pytest.raises(TaskError, match=message):
+        _task_file(tmp_path, TOY.replace(old, new), {})
+
+
+def test_sections_keep_dict_style_reads(tmp_path):
+    """mteb_runner.py and older callers read sections as dicts: `.get`, `[...]` and `in` still work."""
+    body = TOY.replace("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_splits: [test]}")
+    task, _ = _task_file(tmp_path, body, {})
+    assert task.mteb["type"] == "Classification" and task.mteb.get("eval_splits", ["x"]) == ["test"]
+    assert task.mteb.get("seed", 0) == 0 and "subset" not in task.mteb and "type" in task.mteb
+    assert task.data.get("delimiter", ",") == "," and task.data.get("header") is True and task.data.header is True
+    assert "group" not in task.columns and task.columns["text"] == "sentence"
+    with pytest.raises(KeyError):
+        task.mteb["subset"]
+
+
+def test_the_data_root_is_passed_not_remembered(tmp_path):
+    """Two data roots in one process: each load reads its own root (inferred labels too)."""
+    body = TOY.replace("labels: [0, 1]", "labels: infer")
+    task, root_a = _task_file(tmp_path, body, {"train.tsv": "sentence\tlabel\na\tx\nb\ty\n", "dev.tsv": "sentence\tlabel\nc\tx\n"})
+    root_b = tmp_path / "other"
+    (root_b / "toy").mkdir(parents=True)
+    (root_b / "toy" / "train.tsv").write_text("sentence\tlabel\np\tx\nq\ty\nr\tz\n")
+    assert task.load_split("train", root_a).texts == ["a", "b"]
+    assert task.load_split("train", root_b).texts == ["p", "q", "r"]
+    assert task.class_count(root_a) == 2 and task.class_count(root_b) == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# A broken task file fails only the commands that use it
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tasks_with_broken_files(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from crossbert_eval.tasks import tasks_dir
+
+    folder = tmp_path / "tasks"
+    for sub in ("senteval", "sts"):
+        (folder / sub).mkdir(parents=True)
+    real = Path(tasks_dir())
+    (folder / "senteval" / "TREC.yaml").write_text((real / "senteval" / "TREC.yaml").read_text())
+    (folder / "sts" / "STS14.yaml").write_text((real / "sts" / "STS14.yaml").read_text())
+    (folder / "sts" / "STS13.yaml").write_text((real / "sts" / "STS13.yaml").read_text().replace("  header: false", "  heder: false"))
+    (folder / "sts" / "Garbled.yaml").write_text("name: Garbled\n  family: [sts\n")
+    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(folder))
+    return folder
+
+
+def test_a_broken_file_leaves_other_tasks_usable(tasks_with_broken_files):
+    from crossbert_eval.tasks import broken_tasks
+
+    assert sorted(all_tasks()) == ["STS14", "TREC"]
+    assert [t.name for t in resolve_tasks("TREC")] == ["TREC"] and get_task("sts14").name == "STS14"
+    assert [t.name for t in resolve_tasks("senteval")] == ["TREC"]
+    broken = broken_tasks()
+    assert sorted(broken) == ["Garbled", "STS13"]
+    assert broken["STS13"].endswith("STS13.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, "
+                                     "fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled")  # fmt: skip
+    assert "Garbled.yaml:2: not valid YAML" in broken["Garbled"] and "\n" not in broken["Garbled"]
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("STS13", r"STS13.yaml: unknown key data.heder"),
+    ("TREC,sts13", r"STS13.yaml: unknown key data.heder"),
+    ("Garbled", r"Garbled.yaml:2: not valid YAML"),
+    ("sts", r"2 broken task files: .*Garbled.yaml.* \| .*STS13.yaml"),
+    ("all", r"2 broken task files"),
+])  # fmt: skip
+def test_asking_for_a_broken_task_raises_its_error(tasks_with_broken_files, spec, message):
+    with pytest.raises(TaskError, match=message):
+        resolve_tasks(spec)
+
+
+def test_task_listing_shows_broken_files(tasks_with_broken_files, real_data_root):
+    from crossbert_eval.tasks import task_listing
+
+    lines, broken = task_listing(real_data_root)
+    assert any(line.startswith("senteval") and "TREC" in line and "test=500" in line for line in lines)
+    assert [line.split()[:2] for line in lines if line.startswith("BROKEN")] == [["BROKEN", "Garbled"], ["BROKEN", "STS13"]]
+    assert sorted(broken) == ["Garbled", "STS13"]
+
+
+def test_a_duplicate_name_makes_that_name_broken_not_the_others(tasks_with_broken_files):
+    (tasks_with_broken_files / "senteval" / "TREC2.yaml").write_text((tasks_with_broken_files / "senteval" / "TREC.yaml").read_text())
+    with pytest.raises(TaskError, match=r"TREC2.yaml: task name 'TREC' is also defined in .*TREC.yaml"):
+        get_task("TREC")
+    assert get_task("STS14").name == "STS14"
