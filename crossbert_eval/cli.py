@@ -3,6 +3,7 @@
     crossbert train CONFIG [key=value ...]     pre-train a flat MLM or a CrossBERT
     crossbert presets [--seq-len 128]          size presets with parameter counts and FLOPs
     crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
+    crossbert geometry MODEL --tasks ...       effective rank, anisotropy, uniformity, entropy per layer
     crossbert tasks                            the task files and whether their data is present
     crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online)
     crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
@@ -76,6 +77,12 @@ def _poolings(value: str) -> list[str]:
     return names
 
 
+def _encoder_options(args: argparse.Namespace) -> dict:
+    """How `crossbert probe` / `geometry` load the model (FrozenEncoder.load's options)."""
+    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle,
+            "views": args.views}  # fmt: skip
+
+
 def _resolved_root(args: argparse.Namespace) -> str:
     """The data root, resolved once at the entry point; every reader below gets this path."""
     from crossbert_model.utils import data_root
@@ -95,11 +102,29 @@ def _probe(args: argparse.Namespace) -> None:
         data_root=_resolved_root(args), **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
     )  # fmt: skip
     runner = probe_model(
-        args.model, settings, max_length=args.max_length, batch_size=args.batch_size, dtype=args.dtype, allow_pickle=args.allow_pickle
-    )
+        args.model, settings, **_encoder_options(args))
     print(summary_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for name, why in runner.missing.items():
+        print(f"MISSING DATA: {why}")
+    if runner.missing:
+        sys.exit(1)
+
+
+def _geometry(args: argparse.Namespace) -> None:
+    from crossbert_model.utils import set_offline_env
+    from crossbert_eval.geometry_runner import GeometrySettings, geometry_model, geometry_table
+
+    set_offline_env()
+    settings = GeometrySettings(
+        tasks=_csv(args.tasks), layers=args.layers, poolings=args.pooling, results_dir=args.results, cache_dir=args.cache,
+        force=args.force, data_root=_resolved_root(args),
+    )  # fmt: skip
+    runner = geometry_model(
+        args.model, settings, **_encoder_options(args))
+    print(geometry_table(runner.frame))
+    print(f"results: {settings.results_dir}/results.jsonl")
+    for why in runner.missing.values():
         print(f"MISSING DATA: {why}")
     if runner.missing:
         sys.exit(1)
@@ -141,6 +166,18 @@ def _tasks(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def _add_encoder_options(p: argparse.ArgumentParser, views: bool = True) -> None:
+    """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb."""
+    p.add_argument("--max-length", type=_positive_int, default=128)
+    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
+                   help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
+    p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
+    if views:
+        p.add_argument("--views", type=_positive_int, default=1,
+                       help="CrossBERT only: features averaged over this many complementary views (the encoder sees each alone, as in training)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
@@ -162,16 +199,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
     p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-length", type=_positive_int, default=128)
-    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
-                   help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
-    p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
+    _add_encoder_options(p)
     p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
     p.add_argument("--cache", default="runs/features", help="feature cache folder")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
     p.set_defaults(func=_probe)
+
+    p = sub.add_parser("geometry", help="geometry of a frozen encoder's features per layer (RankMe, anisotropy, uniformity, entropy)")
+    p.add_argument("model", help="as for `crossbert probe`: checkpoint, run folder, HF / sentence-transformers folder, or 'minilm'")
+    p.add_argument("--tasks", required=True, help="comma-separated task names, a family or all: their evaluation splits' texts")
+    p.add_argument("--layers", default="all", help="all | last | N | N,M,... (0 = embedding output)")
+    p.add_argument("--pooling", type=_poolings, default=None,
+                   help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
+    _add_encoder_options(p)
+    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
+    p.add_argument("--cache", default="runs/features", help="feature cache folder (shared with `crossbert probe`)")
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
+    p.add_argument("--force", action="store_true", help="re-run units already in the results store")
+    p.set_defaults(func=_geometry)
 
     p = sub.add_parser("mteb", help="run mteb's own evaluators on a frozen encoder (local data by default)")
     p.add_argument("model")
@@ -183,10 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
-    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--max-length", type=_positive_int, default=128)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"], help="feature precision (default fp32)")
-    p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
+    _add_encoder_options(p, views=False)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_mteb)

@@ -6,6 +6,9 @@ Work is organised in units (model, task, split, layer, pooling, probe, protocol)
 are in the results store is skipped (unless forced), and so is one another live run has claimed
 (results.ResultsStore.claim): concurrent runs on one store share the work and write each unit once.
 Features come from the on-disk cache, so a re-run, or a new probe on the same features, encodes nothing.
+Every score row carries ci_low / ci_high: the percentile bootstrap over evaluation examples of
+probes.bootstrap_ci (its constants are in the row's protocol; they are not part of the unit key, since
+the point score they describe is unchanged).
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ class ProbeRunner:
             model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
             pair_mode=pair_mode, protocol=protocol, max_length=self.encoder.max_length,
             dtype=self.encoder.identity["features_dtype"], data=self._data_digest(task, split, probe),
+            **({"views": self.encoder.views} if self.encoder.views > 1 else {}),  # absent for ordinary features: old keys hold
         )  # fmt: skip
 
     def _data_digest(self, task: Task, split: str, probe: str) -> str:
@@ -295,14 +299,17 @@ class ProbeRunner:
             "seed": self.s.seed,
             "n_train": len(train) if train is not None else 0,
             "n_eval": len(split),
-            "protocol": out.protocol,
+            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL},
             "probe_seconds": round(seconds, 3),
             "unit": key,
         }
-        return [
-            {**base, "metric": m, "value": score(m, split.labels, out.predictions), "is_main": i == 0}
-            for i, m in enumerate(metrics)
-        ]
+        rows = []
+        for i, m in enumerate(metrics):
+            started = time.perf_counter()
+            low, high = P.bootstrap_ci(m, split.labels, out.predictions)
+            rows.append({**base, "metric": m, "value": score(m, split.labels, out.predictions), "is_main": i == 0,
+                         "ci_low": low, "ci_high": high, "bootstrap_seconds": round(time.perf_counter() - started, 3)})  # fmt: skip
+        return rows
 
     def run(self, tasks: list[Task]) -> pd.DataFrame:
         plans = {}
@@ -339,13 +346,11 @@ def summary_table(df: pd.DataFrame) -> str:
     return table.round(2).to_string()
 
 
-def probe_model(
-    model: str, settings: ProbeSettings, *, max_length: int = 128, batch_size: int = 256, dtype: str = "fp32",
-    allow_pickle: bool = False,
-) -> ProbeRunner:  # fmt: skip
+def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> ProbeRunner:
+    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle, views)."""
     settings.validate()  # a wrong option or a broken task file should not cost a model load
     tasks = resolve_tasks(settings.tasks)
-    encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype, allow_pickle=allow_pickle)
+    encoder = FrozenEncoder.load(model, **encoder_options)
     runner = ProbeRunner(encoder, settings)
     runner.frame = runner.run(tasks)
     return runner

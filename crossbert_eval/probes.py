@@ -17,7 +17,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from .metrics import score
+from .metrics import resampled_scores, score
 
 # Regularisation grid of the logistic-regression probe: scikit-learn LogisticRegressionCV's default
 # (Cs=10 -> np.logspace(-4, 4, 10)); ascending, so each fit warm-starts from the previous solution.
@@ -32,6 +32,21 @@ LOGREG_MAX_ITER = 1000
 # Weighted kNN of DINO (Caron et al. 2021): k = 20, votes weighted by exp(cosine / T), T = 0.07.
 KNN_K = 20
 KNN_TEMPERATURE = 0.07
+# Confidence intervals of every probe score: the nonparametric bootstrap over evaluation examples with
+# the percentile interval (Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ch. 13). The
+# probe's predictions are fixed; only which evaluation examples are scored is resampled, so the interval
+# covers evaluation-set noise, not the probe's fit or the pre-training seed. 1000 resamples is their
+# suggestion for percentile intervals (ch. 19: B = 1000 or more for interval end points).
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_CI = 0.95
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_CHUNK = 250  # resamples per batch: bounds memory at CHUNK x n counts
+BOOTSTRAP_PROTOCOL = {
+    "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+    "bootstrap_ci": BOOTSTRAP_CI,
+    "bootstrap_seed": BOOTSTRAP_SEED,
+    "bootstrap_method": "percentile, resampling evaluation examples, predictions fixed",
+}
 
 
 @dataclass
@@ -137,3 +152,30 @@ def cosine_similarity(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def senteval_pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """SentEval's pair representation [u, v, |u - v|, u * v] (Conneau et al. 2017)."""
     return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)
+
+
+def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, n) draw counts of n examples drawn n times with replacement, one row per resample."""
+    idx = rng.integers(0, n, size=(resamples, n))
+    flat = (np.arange(resamples)[:, None] * n + idx).ravel()
+    return np.bincount(flat, minlength=resamples * n).reshape(resamples, n)
+
+
+def bootstrap_ci(
+    metric: str, y_true, y_pred, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of score(metric, y_true, y_pred) over the evaluation examples.
+    Resamples where the metric is undefined (a constant side of a correlation) are left out."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    rng = np.random.default_rng(seed)
+    values = []
+    for start in range(0, resamples, BOOTSTRAP_CHUNK):
+        counts = bootstrap_counts(len(y_true), min(BOOTSTRAP_CHUNK, resamples - start), rng)
+        values.append(resampled_scores(metric, y_true, y_pred, counts))
+    values = np.concatenate(values)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return float("nan"), float("nan")
+    tail = 100 * (1 - ci) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)

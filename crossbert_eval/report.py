@@ -3,7 +3,9 @@
 Everything here is rebuilt from the files a sweep writes, so it can be re-run at any time:
     checkpoints.jsonl   one row per probed checkpoint: objective, size, step, params, tokens, FLOPs, val loss
     results/results.jsonl   every probe / mteb score row
-Outputs: tables/{scores,summary,summary_by_size}.{csv,parquet}, plots/*.{png,svg}, report.md, report.html.
+Outputs: tables/{scores,summary,summary_by_size,comparisons,geometry}.{csv,parquet}, plots/*.{png,svg},
+report.md, report.html. Every plot draws error bars over seeds (the rule: seed_bands) and says which in
+its title and caption; `comparisons` says which differences the report makes are larger than that noise.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .results import RESULTS_FILE, duplicate_units, normalise_row
 log = logging.getLogger(__name__)
 
 GLUE_PROBES = ("linear", "knn")
+GEOMETRY_PROBE = "geometry"  # crossbert_eval.geometry_runner.PROBE_NAME, without importing the encoders
 
 
 class ReportError(CrossbertError, ValueError):
@@ -45,15 +48,41 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     results = pd.DataFrame(result_rows(root) if rows is None else rows)
     if checkpoints.empty or results.empty:
         return pd.DataFrame()
-    keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value", "is_main"]
+    if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
+        results = results[results["probe"] != GEOMETRY_PROBE]
+    keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value",
+            "is_main", "ci_low", "ci_high"]  # fmt: skip
     results = results[[c for c in keep if c in results.columns]]
+    if results.empty:
+        return pd.DataFrame()
     layer = pd.to_numeric(results["layer"], errors="coerce")  # an int end to end: tables sort 2 < 10, L6 not L6.0
     results = results[layer.notna()].assign(layer=layer.dropna().astype(int))
     scores = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
     scores["is_final"] = scores["step"] == scores["total_steps"]
     scores["is_last_layer"] = scores["layer"] == scores["layers"]
     scores["score"] = 100 * scores["value"]
+    for end in ("low", "high"):  # the bootstrap interval over evaluation examples, in points (mteb rows: none)
+        scores[f"score_ci_{end}"] = 100 * pd.to_numeric(scores.get(f"ci_{end}", np.nan), errors="coerce")
     return scores
+
+
+def load_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
+    """Geometry rows (probe="geometry") joined with their checkpoints; `score` is the raw metric value."""
+    checkpoints = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+    results = pd.DataFrame(result_rows(root) if rows is None else rows)
+    if checkpoints.empty or results.empty or "probe" not in results.columns:
+        return pd.DataFrame()
+    keep = ["model_fingerprint", "task", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value", "n_eval"]
+    results = results[results["probe"] == GEOMETRY_PROBE]
+    results = results[[c for c in keep if c in results.columns]]
+    if results.empty:
+        return pd.DataFrame()
+    results = results.assign(layer=pd.to_numeric(results["layer"]).astype(int))
+    geo = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
+    geo["is_final"] = geo["step"] == geo["total_steps"]
+    geo["is_last_layer"] = geo["layer"] == geo["layers"]
+    geo["score"] = geo["value"]
+    return _headline_split(geo)
 
 
 def _headline_split(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,8 +117,141 @@ def by_size(summary: pd.DataFrame) -> pd.DataFrame:
     final = summary[summary["is_final"]]
     metrics = [c for c in final.columns if c.startswith(("glue_", "mteb_")) or ":" in c or c == "val_loss"]
     grouped = final.groupby(["objective", "size", "params_non_embedding", "train_flops"], dropna=False)[metrics]
-    out = grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.size().rename("seeds"))
+    out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
+           .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
     return out.reset_index().sort_values(["objective", "params_non_embedding"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Uncertainty: the spread over seeds, or with one seed the bootstrap interval over evaluation examples
+# ------------------------------------------------------------------------------------------------
+# Error bars and the noise of a comparison use one rule, named here once:
+#   3 or more seeds: mean +- std over seeds (ddof=1);
+#   2 seeds: min-max (a std of two values is their half-difference times sqrt(2): too optimistic);
+#   1 seed: the row's bootstrap interval (probes.BOOTSTRAP_CI over evaluation examples), when it has one.
+# A difference is called larger than the noise when the two intervals do not overlap.
+MIN_SEEDS_FOR_STD = 3
+BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
+         "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
+
+
+def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
+    """One row per group of `by`, over its seeds: mean, std, min, max, seeds, and the error bar the plots
+    draw (err_low / err_high below / above the mean) with its kind in `band` (a key of BANDS)."""
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "mean", "std", "min", "max", "seeds", "err_low", "err_high", "band"])
+    ci = [c for c in (f"{value}_ci_low", f"{value}_ci_high") if c in df.columns]
+    per_seed = df.groupby([*by, "seed"], dropna=False)[[value, *ci]].mean().reset_index()
+    g = per_seed.groupby(by, dropna=False)
+    out = g[value].agg(["mean", "std", "min", "max"]).join(g.size().rename("seeds"))
+    if ci:
+        out = out.join(g[ci].mean().set_axis(["ci_low", "ci_high"], axis=1))
+    out = out.reset_index()
+    out["band"] = [_band(n, row) for n, (_, row) in zip(out["seeds"], out.iterrows())]
+    low = {"std": out["mean"] - out["std"], "min-max": out["min"], "bootstrap": out.get("ci_low", out["mean"]), "none": out["mean"]}
+    high = {"std": out["mean"] + out["std"], "min-max": out["max"], "bootstrap": out.get("ci_high", out["mean"]), "none": out["mean"]}
+    out["err_low"] = [out["mean"][i] - low[b][i] for i, b in enumerate(out["band"])]
+    out["err_high"] = [high[b][i] - out["mean"][i] for i, b in enumerate(out["band"])]
+    return out
+
+
+def _band(seeds: int, row: pd.Series) -> str:
+    if seeds >= MIN_SEEDS_FOR_STD:
+        return "std"
+    if seeds == 2:
+        return "min-max"
+    has_ci = pd.notna(row.get("ci_low")) and pd.notna(row.get("ci_high"))
+    return "bootstrap" if has_ci else "none"
+
+
+def band_caption(bands) -> str:
+    """What the error bars of a figure are, from the bands of the lines it draws."""
+    kinds = [b for b in BANDS if b in set(bands)]
+    return "error bars: " + ("; ".join(BANDS[k] for k in kinds) if kinds else "none")
+
+
+def _yerr(bands: pd.DataFrame):
+    """matplotlib's asymmetric yerr, or None when no line has a spread."""
+    if not len(bands) or (bands["band"] == "none").all():
+        return None
+    # clipped at 0: matplotlib refuses negative bars (a bootstrap interval need not straddle a seed mean)
+    return np.clip(np.vstack([bands["err_low"].fillna(0).to_numpy(), bands["err_high"].fillna(0).to_numpy()]), 0, None)
+
+
+def _interval(row: pd.Series, side: str) -> tuple[float, float] | None:
+    if row[f"{side}band"] == "none":
+        return None
+    return row[f"{side}mean"] - row[f"{side}err_low"], row[f"{side}mean"] + row[f"{side}err_high"]
+
+
+def noise_verdicts(pairs: pd.DataFrame) -> pd.DataFrame:
+    """pairs: a_* and b_* columns of two seed_bands rows; adds diff (b - a), the noise each side
+    carries and the verdict: 'beyond noise' (the intervals do not overlap), 'within noise' or 'unknown'."""
+    out = pairs.copy()
+    out["diff"] = out["b_mean"] - out["a_mean"]
+    verdicts, noise = [], []
+    for _, row in out.iterrows():
+        a, b = _interval(row, "a_"), _interval(row, "b_")
+        noise.append(" / ".join(sorted({BANDS[row["a_band"]], BANDS[row["b_band"]]})))
+        if a is None or b is None:
+            verdicts.append("unknown")
+        else:
+            verdicts.append("beyond noise" if a[1] < b[0] or b[1] < a[0] else "within noise")
+    out["noise"], out["verdict"] = noise, verdicts
+    return out
+
+
+def _pair_up(bands: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
+    cols = ["mean", "err_low", "err_high", "band", "seeds"]
+    left = bands[bands[side_col] == a].set_index(keys)[cols].add_prefix("a_")
+    right = bands[bands[side_col] == b].set_index(keys)[cols].add_prefix("b_")
+    return left.join(right, how="inner").reset_index()
+
+
+def comparisons(scores: pd.DataFrame, reference: str = "mlm") -> pd.DataFrame:
+    """The comparisons the report makes, each with its verdict against the noise:
+    * objectives at each size: the flat MLM (reference) vs every other objective, per task and probe
+      (final checkpoints, last layer, main metric);
+    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe."""
+    final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
+    if final.empty:
+        return pd.DataFrame()
+    parts = []
+    last = seed_bands(final[final["is_last_layer"]], ["objective", "size", "params_non_embedding", "task", "probe"])
+    for other in sorted(set(last["objective"]) - {reference}):
+        pairs = _pair_up(last, ["size", "params_non_embedding", "task", "probe"], "objective", reference, other)
+        if len(pairs):
+            parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other))
+    ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
+    ends = seed_bands(ends, ["objective", "size", "params_non_embedding", "task", "probe", "end"])
+    pairs = _pair_up(ends, ["objective", "size", "params_non_embedding", "task", "probe"], "end", "layer 0", "last layer")
+    if len(pairs):
+        parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer"))
+    if not parts:
+        return pd.DataFrame()
+    out = noise_verdicts(pd.concat(parts, ignore_index=True))
+    out["objective"] = out["objective"].fillna("") if "objective" in out else ""
+    out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
+    return out[["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "a_seeds", "b_seeds", "noise", "verdict"]]
+
+
+def noise_paragraph(table: pd.DataFrame) -> str:
+    """The generated summary above the comparison table: how many differences exceed the noise, and which."""
+    if table.empty:
+        return "No comparisons: a sweep needs two objectives at one size, or a layer-0 and a last-layer score."
+    lines = []
+    for comparison, sub in table.groupby("comparison", sort=False):
+        counts = sub["verdict"].value_counts()
+        beyond = sub[sub["verdict"] == "beyond noise"]
+        named = ", ".join(
+            f"{(r['objective'] + ' ') if r['objective'] else ''}{r['size']} {r['task']}:{r['probe']} ({r['diff']:+.2f})" for _, r in beyond.iterrows()
+        )
+        lines.append(
+            f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are larger than the noise"
+            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} without a noise estimate)"
+            + (f": {named}." if named else ".")
+        )
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,8 +265,12 @@ def _color(objective: str) -> str:
     return COLORS.get(objective, "#7f7f7f")
 
 
-def _save(fig, out: Path, name: str) -> list[Path]:
+CAPTIONS: dict[str, str] = {}  # plot name -> what its error bars are, for the report's caption (last build)
+
+
+def _save(fig, out: Path, name: str, caption: str = "") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
+    CAPTIONS[name] = caption
     paths = []
     for ext in ("png", "svg"):
         path = out / f"{name}.{ext}"
@@ -114,15 +280,28 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def _lines(ax, table: pd.DataFrame, x: str, y: str, label_fmt="{objective}") -> None:
+def size_bands(table: pd.DataFrame, y: str) -> pd.DataFrame:
+    """The error bars of a by_size column, by the rule of seed_bands: std (3+ seeds), min-max (2), none (1)."""
+    out = table.assign(mean=table[y], seeds=table["seeds"])
+    band = np.where(out["seeds"] >= MIN_SEEDS_FOR_STD, "std", np.where(out["seeds"] == 2, "min-max", "none"))
+    std, low, high = (table.get(f"{y}_{k}", pd.Series(np.nan, index=table.index)) for k in ("std", "min", "max"))
+    out["band"] = band
+    out["err_low"] = np.where(band == "std", std, np.where(band == "min-max", table[y] - low, 0.0))
+    out["err_high"] = np.where(band == "std", std, np.where(band == "min-max", high - table[y], 0.0))
+    return out
+
+
+def _lines(ax, table: pd.DataFrame, x: str, y: str, label_fmt="{objective}") -> set[str]:
+    """One line per objective with its seed error bars; returns the kinds of bar drawn (for the caption)."""
+    bands = set()
     for objective, sub in table.groupby("objective"):
-        sub = sub.sort_values(x)
-        err = sub.get(f"{y}_std")
-        has_err = err is not None and err.notna().any()
-        ax.errorbar(sub[x], sub[y], yerr=err if has_err else None, marker="o", capsize=3, color=_color(objective), label=label_fmt.format(objective=objective))
+        sub = size_bands(sub.sort_values(x), y)
+        bands |= set(sub["band"])
+        ax.errorbar(sub[x], sub[y], yerr=_yerr(sub), marker="o", capsize=3, color=_color(objective), label=label_fmt.format(objective=objective))
         for _, row in sub.iterrows():
             ax.annotate(row["size"], (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
     ax.margins(x=0.08, y=0.12)  # room for the size labels inside the frame
+    return bands
 
 
 def _log_x(ax) -> None:
@@ -155,19 +334,21 @@ def plot_collapse(sizes: pd.DataFrame, out: Path) -> list[Path]:
         return []
     titles = {"glue_linear": "linear probe (GLUE avg)", "glue_knn": "kNN probe (GLUE avg)", "mteb_avg": "MTEB average"}
     fig, axes = plt.subplots(2, len(columns), figsize=(4.6 * len(columns), 7.5), squeeze=False, layout="constrained")
+    bands = set()
     for j, col in enumerate(columns):
         for i, (x, xlabel) in enumerate((("params_non_embedding", "encoder parameters, non-embedding (count, log)"),
                                          ("train_flops", "training compute (FLOPs, log)"))):  # fmt: skip
             ax = axes[i, j]
-            _lines(ax, sizes, x, col)
+            bands |= _lines(ax, sizes, x, col)
             _log_x(ax)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{titles[col]} (score, %)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         axes[0, j].set_title(f"frozen {titles[col]}")
-    fig.suptitle("Representation scaling: frozen probe score vs model size and training compute (last layer, final checkpoint)")
-    return _save(fig, out, "collapse")
+    caption = band_caption(bands)
+    fig.suptitle(f"Representation scaling: frozen probe score vs model size and training compute (last layer, final checkpoint)\n{caption}")
+    return _save(fig, out, "collapse", caption)
 
 
 def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
@@ -176,49 +357,56 @@ def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
     if probe_col is None or "val_loss" not in sizes.columns:
         return []
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
-    _lines(a, sizes, "params_non_embedding", "val_loss")
+    bands = _lines(a, sizes, "params_non_embedding", "val_loss")
     _log_x(a)
     a.set_xlabel("encoder parameters, non-embedding (count, log)")
     a.set_ylabel("validation masked-token loss (nats)")
     a.set_title("pre-training loss (MLM: 15% of tokens; CrossBERT: r of tokens,\nnot comparable across objectives)", fontsize=9)
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
-    _lines(b, sizes, "params_non_embedding", probe_col)
+    bands |= _lines(b, sizes, "params_non_embedding", probe_col)
     _log_x(b)
     b.set_xlabel("encoder parameters, non-embedding (count, log)")
     b.set_ylabel(f"{probe_col} (score, %)")
     b.set_title("frozen probe score", fontsize=9)
     b.grid(alpha=0.3)
     b.legend(fontsize=8)
-    fig.suptitle("Better pre-training loss, better frozen features?")
-    return _save(fig, out, "loss_vs_probe")
+    caption = band_caption(bands)
+    fig.suptitle(f"Better pre-training loss, better frozen features?\n{caption}")
+    return _save(fig, out, "loss_vs_probe", caption)
 
 
 SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("--", "P")]  # smallest first
 
 
-def _panel_grid(df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str) -> list[Path]:
+def _panel_grid(
+    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str = "score (%)"
+) -> list[Path]:  # fmt: skip
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
-    marker = size (one legend for the figure); error bars = std over seeds when there are several."""
+    marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title."""
     plt = _pyplot()
-    panels = sorted(df.groupby(["task", "probe"]).groups)
+    if df.empty:
+        return []
+    panels = sorted(df.groupby(list(panel)).groups)
     if not panels or df[x].nunique() < 2:
         return []
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows + 0.6), squeeze=False, layout="constrained")
     sizes = list(dict.fromkeys(df.sort_values("params_non_embedding")["size"]))
-    for ax, (task, probe) in zip(axes.flat, panels):
-        sub = df[(df["task"] == task) & (df["probe"] == probe)]
+    drawn = set()
+    for ax, (first, second) in zip(axes.flat, panels):
+        sub = df[(df[panel[0]] == first) & (df[panel[1]] == second)]
         for (objective, size), line in sub.groupby(["objective", "size"]):
-            line = line.groupby(x)["score"].agg(["mean", "std"]).reset_index()
-            err = line["std"] if line["std"].notna().any() else None
+            line = seed_bands(line, [x])
+            drawn |= set(line["band"])
             style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
-            ax.errorbar(line[x], line["mean"], yerr=err, ls=style, marker=marker, ms=4, capsize=2, color=_color(objective),
+            ax.errorbar(line[x], line["mean"], yerr=_yerr(line), ls=style, marker=marker, ms=4, capsize=2, color=_color(objective),
                         label=f"{objective} {size}")  # fmt: skip
-        ax.set_title(f"{task} - {probe} ({sub['metric'].iloc[0]})", fontsize=9)
+        what = f" ({sub['metric'].iloc[0]})" if panel[1] != "metric" else ""
+        ax.set_title(f"{first} - {second}{what}", fontsize=9)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("score (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -227,8 +415,9 @@ def _panel_grid(df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, na
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     labels = sorted(legend, key=lambda label: (label.rsplit(" ", 1)[0], sizes.index(label.rsplit(" ", 1)[1])))
     fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=8)
-    fig.suptitle(title)
-    return _save(fig, out, name)
+    caption = band_caption(drawn)
+    fig.suptitle(f"{title}\n{caption}")
+    return _save(fig, out, name, caption)
 
 
 def plot_layerwise(scores: pd.DataFrame, out: Path) -> list[Path]:
@@ -241,6 +430,53 @@ def plot_training(scores: pd.DataFrame, out: Path) -> list[Path]:
     last = _headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
     return _panel_grid(last, "corpus_tokens", "training tokens (corpus tokens read)",
                        "Frozen probe score along training (last layer)", out, "training")  # fmt: skip
+
+
+def plot_geometry_depth(geo: pd.DataFrame, out: Path) -> list[Path]:
+    """Each geometry metric against relative depth, a line per (objective, size), final checkpoints."""
+    final = geo[geo["is_final"]] if len(geo) else geo
+    return _panel_grid(final, "relative_depth", "relative depth (layer / layers; 0 = embeddings)",
+                       "Representation geometry by layer (final checkpoints)", out, "geometry_depth",
+                       panel=("task", "metric"), ylabel="metric value")  # fmt: skip
+
+
+def plot_geometry_size(geo: pd.DataFrame, out: Path) -> list[Path]:
+    """The last layer's geometry metric against model size, a line per objective, final checkpoints."""
+    plt = _pyplot()
+    last = geo[geo["is_final"] & geo["is_last_layer"]] if len(geo) else geo
+    if last.empty or last["params_non_embedding"].nunique() < 2:
+        return []
+    panels = sorted(last.groupby(["task", "metric"]).groups)
+    cols = min(5, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, 3.2 * rows + 0.6), squeeze=False, layout="constrained")
+    drawn = set()
+    for ax, (task, metric) in zip(axes.flat, panels):
+        sub = last[(last["task"] == task) & (last["metric"] == metric)]
+        for objective, line in sub.groupby("objective"):
+            line = seed_bands(line, ["params_non_embedding"])
+            drawn |= set(line["band"])
+            ax.errorbar(line["params_non_embedding"], line["mean"], yerr=_yerr(line), marker="o", capsize=3, color=_color(objective), label=objective)
+        _log_x(ax)
+        ax.set_title(f"{task} - {metric}", fontsize=9)
+        ax.set_xlabel("non-embedding parameters (log)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    caption = band_caption(drawn)
+    fig.suptitle(f"Last-layer representation geometry vs model size (final checkpoints)\n{caption}")
+    return _save(fig, out, "geometry_size", caption)
+
+
+def geometry_table(geo: pd.DataFrame) -> pd.DataFrame:
+    """Final checkpoints, last layer: each metric's mean, std over seeds and the number of seeds."""
+    last = geo[geo["is_final"] & geo["is_last_layer"]] if len(geo) else geo
+    if last.empty:
+        return pd.DataFrame()
+    bands = seed_bands(last, ["objective", "size", "params_non_embedding", "task", "metric"], value="value")
+    bands = bands.sort_values(["task", "metric", "objective", "params_non_embedding"])
+    return bands[["task", "metric", "objective", "size", "mean", "std", "seeds"]]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,12 +516,16 @@ def build_report(root: Path) -> Path | None:
     tables.mkdir(parents=True, exist_ok=True)
     summary = summarise(scores)
     sizes = by_size(summary)
-    for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes)):
+    geo = load_geometry(root, rows)
+    extras = {"comparisons": comparisons(scores), "geometry": geometry_table(geo)}
+    for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
     plots_dir = root / "plots"
+    CAPTIONS.clear()
     plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir) + plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir)
-    md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"], duplicates_warning(rows))
+    plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir)
+    md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"], duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md))
     return root / "report.md"
@@ -306,20 +546,36 @@ def duplicates_warning(rows: list[dict]) -> str | None:
     return line
 
 
+def _layer_best(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (objective, size, task, probe): the last layer's and the best layer's score, each the mean over
+    seeds (the best layer is chosen on that mean), with the std over seeds and the number of seeds."""
+    final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
+    if final.empty:
+        return pd.DataFrame()
+    bands = seed_bands(final, ["objective", "params_non_embedding", "size", "task", "probe", "layer"])
+
+    def pick(g: pd.DataFrame) -> pd.Series:
+        last, best = g.loc[g["layer"].idxmax()], g.loc[g["mean"].idxmax()]
+        return pd.Series({"last_layer": last["mean"], "last_layer_std": last["std"], "best_layer": int(best["layer"]),
+                          "best": best["mean"], "best_std": best["std"], "seeds": int(last["seeds"])})  # fmt: skip
+
+    out = bands.groupby(["objective", "params_non_embedding", "size", "task", "probe"]).apply(pick, include_groups=False).reset_index()
+    return out.drop(columns="params_non_embedding").astype({"best_layer": int, "seeds": int})
+
+
 def render_markdown(
-    root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scores: pd.DataFrame, plots: list[Path], warning: str | None = None
-) -> str:
+    root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scores: pd.DataFrame, plots: list[Path], warning: str | None = None,
+    extras: dict | None = None,
+) -> str:  # fmt: skip
     prov = provenance()  # of the report build; each row carries its own (git_revision, packages)
     sweep_yaml = (root / "sweep.yaml").read_text() if (root / "sweep.yaml").exists() else ""
-    score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith("_std")]
-    shown = sizes[["objective", "size", "params_non_embedding", "train_flops", "val_loss", *score_cols, "seeds"]]
-    layer_best = (
-        _headline_split(scores[scores["is_main"] & scores["is_final"]])
-        .groupby(["objective", "size", "task", "probe"], as_index=False)
-        .apply(lambda g: pd.Series({"last_layer": g.loc[g["layer"].idxmax(), "score"], "best_layer": g.loc[g["score"].idxmax(), "layer"], "best": g["score"].max()}), include_groups=False)
-    )
-    if len(layer_best):
-        layer_best["best_layer"] = layer_best["best_layer"].astype(int)
+    extras = extras or {}
+    score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith(("_std", "_min", "_max"))]
+    with_std = [x for c in score_cols for x in (c, f"{c}_std")]
+    shown = sizes[["objective", "size", "params_non_embedding", "train_flops", "val_loss", *with_std, "seeds"]]
+    layer_best = _layer_best(scores)
+    compared = extras.get("comparisons", pd.DataFrame())
+    geometry = extras.get("geometry", pd.DataFrame())
     parts = [
         f"# Sweep report: {root.name}",
         "",
@@ -333,13 +589,28 @@ def render_markdown(
         "",
         _markdown_table(shown),
         "",
+        "`*_std`: standard deviation over seeds (empty with one seed); `seeds`: how many seeds each mean averages.",
+        "",
         "## Last layer vs best layer (final checkpoints)",
         "",
         _markdown_table(layer_best),
         "",
+        "## Which differences are larger than the noise",
+        "",
+        "Noise: with 3 or more seeds mean ± std over seeds, with 2 the min–max, with 1 the 95% bootstrap interval over "
+        "evaluation examples (probes.BOOTSTRAP_*); a difference counts as beyond noise when the two intervals do not overlap.",
+        "",
+        noise_paragraph(compared),
+        "",
+        _markdown_table(compared),
+        "",
+        *(["## Representation geometry (final checkpoints, last layer)", "",
+           "Mean and std over seeds of each metric of crossbert_eval.geometry on the tasks' evaluation texts "
+           "(pair tasks: both sentences, each encoded alone).", "", _markdown_table(geometry, floatfmt="{:.4f}"), ""]
+          if len(geometry) else []),  # fmt: skip
         "## Plots",
         "",
-        *[f"![{p.stem}](plots/{p.name})\n" for p in plots],
+        *[f"![{p.stem}](plots/{p.name})\n\n*{p.stem}: {CAPTIONS.get(p.stem, '')}*\n" for p in plots],
         "## Every checkpoint",
         "",
         _markdown_table(summary.drop(columns=["total_steps"], errors="ignore")),
@@ -361,7 +632,7 @@ def render_markdown(
         "```",
         "",
         "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
-        "`tables/summary_by_size.csv` (also as parquet).",
+        "`tables/summary_by_size.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
     ]
     return "\n".join(parts) + "\n"
 

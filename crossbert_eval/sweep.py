@@ -61,6 +61,9 @@ class SweepConfig:
     intermediate_layers: str = "last"  # for the earlier checkpoints (probe score along training)
     poolings: list[str] = field(default_factory=lambda: ["mean"])
     max_probe_train: int | None = None  # seeded subsample of each probe's train split
+    # Representation geometry (crossbert_eval.geometry_runner) of each probed checkpoint on the probed
+    # layers and poolings: evaluation-split texts, the probe stage's cached features where they match.
+    geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
     mteb_layers: str = "last"
     batch_size: int = 128  # encoding
@@ -167,6 +170,7 @@ class Sweep:
     def probe_run(self, run: RunSpec) -> None:
         """Probe and mteb every checkpoint of a run: the final one first (all layers), then the others."""
         from crossbert_eval.encoders import FrozenEncoder
+        from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
         from crossbert_eval.mteb_runner import run_mteb
         from crossbert_eval.probe import ProbeRunner, ProbeSettings
         from crossbert_eval.tasks import TaskDataMissing, resolve_tasks
@@ -188,6 +192,16 @@ class Sweep:
                     runner.run(resolve_tasks(self.cfg.probe_tasks))
                 if runner.missing:
                     raise TaskDataMissing(f"sweep {self.cfg.name}: probe task data missing: {'; '.join(runner.missing.values())}")
+            if self.cfg.geometry_tasks:
+                geometry = GeometryRunner(encoder, GeometrySettings(
+                    tasks=self.cfg.geometry_tasks, layers=self.cfg.probe_layers if final else self.cfg.intermediate_layers,
+                    poolings=self.cfg.poolings, results_dir=str(self.results_dir), cache_dir=str(self.root / "features"),
+                    data_root=self.cfg.data_root,
+                ))  # fmt: skip
+                with self.timed("geometry", run, step=step):
+                    geometry.run(resolve_tasks(self.cfg.geometry_tasks))
+                if geometry.missing:
+                    raise TaskDataMissing(f"sweep {self.cfg.name}: geometry task data missing: {'; '.join(geometry.missing.values())}")
             layers = encoder.layer_indices(self.cfg.mteb_layers if final else self.cfg.intermediate_layers)
             for layer in layers if self.cfg.mteb_tasks else []:
                 with self.timed("mteb", run, step=step, layer=layer):

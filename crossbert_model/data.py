@@ -186,6 +186,30 @@ def corpus_fingerprint(args: DataArgs) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
+# The initial alphabet of a trained WordPiece is capped, as in BERT's tokenizer recipe (the `tokenizers`
+# BertWordPieceTokenizer default, 1000), and at an eighth of the vocabulary (each character also takes a
+# ##continuation slot): uncapped, the single characters of a large corpus (40M words of Wikipedia hold
+# thousands: CJK, Cyrillic, symbols) fill a small vocabulary, no merge is left and every word is spelled
+# out letter by letter. Rarer characters become [UNK]. The recipe is part of the tokenizer cache key,
+# so a tokenizer trained by another recipe is never reused.
+WORDPIECE_ALPHABET = 1000
+TOKENIZER_RECIPE = f"bert-wordpiece-uncased-alphabet-min{WORDPIECE_ALPHABET}-vocab/8"
+
+
+def wordpiece_alphabet(vocab_size: int) -> int:
+    return max(1, min(WORDPIECE_ALPHABET, vocab_size // 8))
+
+
+def _check_has_merges(tok, vocab_size: int, out_dir: Path) -> None:
+    """A vocabulary filled by single characters is a character tokenizer: never train on it silently."""
+    single = sum(1 for piece in tok.get_vocab() if len(piece.removeprefix("##")) == 1)
+    if single > 0.9 * vocab_size:
+        raise DataError(
+            f"tokenizer {out_dir}: {single} of its {vocab_size} pieces are single characters, so words are spelled "
+            "out letter by letter; raise data.vocab_size"
+        )
+
+
 def train_wordpiece(documents: Iterator[str], vocab_size: int, out_dir: Path):
     """An uncased BERT-style WordPiece tokenizer trained on `documents`, saved as a transformers
     tokenizer folder (loads with AutoTokenizer)."""
@@ -196,8 +220,11 @@ def train_wordpiece(documents: Iterator[str], vocab_size: int, out_dir: Path):
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=wordpiece_alphabet(vocab_size), show_progress=False
+    )
     tok.train_from_iterator(documents, trainer=trainer)
+    _check_has_merges(tok, vocab_size, out_dir)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -265,7 +292,8 @@ def check_tokenizer_matches(config, tokenizer, where: str) -> None:
 def prepare_tokenizer(args: DataArgs):
     if args.tokenizer != "train":
         return load_tokenizer(args.tokenizer)
-    key = stable_hash({"corpus": corpus_fingerprint(args), "vocab": args.vocab_size, "split": [args.val_fraction, args.split_seed]})
+    key = stable_hash({"corpus": corpus_fingerprint(args), "vocab": args.vocab_size, "split": [args.val_fraction, args.split_seed],
+                       "recipe": TOKENIZER_RECIPE})  # fmt: skip
     out = Path(args.cache_dir) / "tokenizers" / f"wordpiece{args.vocab_size}-{key}"
     if (out / "tokenizer.json").exists():
         log.info("tokenizer: reusing %s", out)

@@ -229,3 +229,52 @@ def test_frozen_features_are_fp32_unless_bf16_is_asked_for(minilm):
     assert default.amp is None
     with pytest.raises(EncoderError, match="dtype 'fp16': expected one of fp32, bf16, auto \\(fp32 is the default"):
         FrozenEncoder.load("minilm", dtype="fp16")
+
+
+def _crossbert_checkpoint(folder, tokenizer, seed=0):
+    import torch
+
+    import crossbert_model as cm
+
+    torch.manual_seed(seed)
+    cm.pretraining_model_for(cm.config_from_preset("nano", objective="crossbert", vocab_size=len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_view_probing_runs_the_encoder_on_each_complementary_subset_alone(corpus, tmp_path):
+    """--views K: each sequence is split as in CMS training; the encoder runs on every view's tokens
+    alone (original positions) and the pooled features of the views are averaged."""
+    import torch
+
+    from crossbert_model.masking import complementary_views
+
+    folder = _crossbert_checkpoint(tmp_path / "ckpt", corpus.tokenizer)
+    full = FrozenEncoder.load(str(folder))
+    viewed = FrozenEncoder.load(str(folder), views=2)
+    text = "The quick brown fox jumps over the lazy dog near the river bank."
+    got = viewed.encode([text], layers=[0, 2], poolings=["mean"])
+    # by hand: the same views (the same seed, one sequence), each run through the model on its own
+    ids = torch.tensor([viewed.tokenize([text])["input_ids"][0]])
+    visible = complementary_views(torch.ones_like(ids), 2, torch.Generator().manual_seed(0))[0]
+    by_hand = {0: [], 2: []}
+    for k in range(2):
+        positions = visible[k].nonzero().flatten().unsqueeze(0)
+        hidden = full.model(ids[:, positions[0]], position_ids=positions, output_hidden_states=True).hidden_states
+        for layer in by_hand:
+            by_hand[layer].append(hidden[layer][0].mean(0))
+    for layer in by_hand:
+        expected = torch.stack(by_hand[layer]).mean(0).detach().numpy()
+        np.testing.assert_allclose(got[(layer, "mean")][0], expected, rtol=1e-5, atol=1e-6)
+    # the last layer sees less context than on the full sequence, so it differs from it
+    plain = full.encode([text], layers=[2], poolings=["mean"])
+    assert not np.allclose(plain[(2, "mean")], got[(2, "mean")], atol=1e-4)
+    assert viewed.identity["views"] == 2 and "views" not in full.identity
+
+
+def test_view_probing_is_refused_where_it_has_no_meaning(corpus, tmp_path, minilm):
+    folder = _crossbert_checkpoint(tmp_path / "ckpt", corpus.tokenizer)
+    with pytest.raises(EncoderError, match="--views 2: expected 1, or for a CrossBERT checkpoint"):
+        FrozenEncoder.load("minilm", views=2)
+    with pytest.raises(EncoderError, match="cls pooling has no meaning over views"):
+        FrozenEncoder.load(str(folder), views=2).encode(["a text"], layers=[1], poolings=["cls"])

@@ -63,3 +63,72 @@ def test_geometry_returns_every_metric_and_refuses_a_single_row():
     assert out["dataset_entropy_normalised"] == pytest.approx(np.log(4) / np.log(64), rel=0.01)
     with pytest.raises(ValueError, match="at least 2 rows"):
         G.geometry(np.ones((1, 8)))
+
+
+# -- per layer, from the feature cache: `crossbert geometry` ------------------------------------------
+
+
+def _geometry_cli(tmp_path, *extra):
+    from crossbert_eval.cli import main
+
+    main(["geometry", "minilm", "--tasks", "TREC", "--layers", "all", "--pooling", "mean", "--results", str(tmp_path / "results"),
+          "--cache", str(tmp_path / "features"), *extra])  # fmt: skip
+
+
+def test_geometry_cli_writes_one_row_per_metric_per_layer_from_the_cache_and_reruns_nothing(tmp_path, capsys):
+    import json
+
+    from crossbert_eval.encoders import FeatureCache, FrozenEncoder, texts_digest
+    from crossbert_eval.tasks import get_task
+
+    _geometry_cli(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "results" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 7 * len(G.METRICS)  # minilm: embeddings + 6 blocks
+    assert {(r["layer"], r["metric"]) for r in rows} == {(l, m) for l in range(7) for m in G.METRICS}
+    row = rows[0]
+    assert row["probe"] == "geometry" and row["task"] == "TREC" and row["split"] == "test" and row["n_eval"] == 500
+    assert row["pooling"] == "mean" and row["pooling_source"] == "user" and row["relative_depth"] == row["layer"] / 6
+    assert {k: row["protocol"][k] for k in G.GEOMETRY_PROTOCOL} == G.GEOMETRY_PROTOCOL
+    assert len({r["unit"] for r in rows}) == 7 and "L6" in capsys.readouterr().out
+
+    # the values are geometry() of the cached features
+    encoder = FrozenEncoder.load("minilm", dtype="fp32")
+    texts = get_task("TREC").load_split("test").texts
+    cache = FeatureCache(tmp_path / "features")
+    for layer in (0, 6):
+        x = np.load(cache.path(cache.key(encoder, texts_digest(texts, None), layer, "mean")))
+        want = G.geometry(x)
+        got = {r["metric"]: r["value"] for r in rows if r["layer"] == layer}
+        assert got == pytest.approx(want, rel=1e-9)
+
+    # a rerun computes and writes nothing
+    files = sorted((tmp_path / "features").rglob("*.npy"))
+    stamps = [f.stat().st_mtime_ns for f in files]
+    _geometry_cli(tmp_path)
+    assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == len(rows)
+    assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "features").rglob("*.npy"))] == stamps
+
+
+def test_geometry_of_a_pair_task_reads_the_cosine_probes_features(tmp_path):
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
+    from crossbert_eval.probe import ProbeRunner, ProbeSettings
+    from crossbert_eval.tasks import get_task
+
+    encoder = FrozenEncoder.load("minilm", dtype="fp32")
+    dirs = {"results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "features")}
+    probe = ProbeRunner(encoder, ProbeSettings(tasks=["STS16"], probes=["cosine"], layers="last", **dirs))
+    probe.run([get_task("STS16")])
+    runner = GeometryRunner(encoder, GeometrySettings(tasks=["STS16"], layers="last", **dirs))
+    df = runner.run([get_task("STS16")])
+    assert runner.cache.misses == 0 and runner.cache.hits == 2  # both sides from the probe's cache
+    assert len(df) == len(G.METRICS) and (df["n_eval"] == 2 * 1186).all()
+    assert df["protocol"].iloc[0]["texts"].startswith("first and second sentences")
+
+
+def test_geometry_options_are_checked_before_a_model_loads():
+    from crossbert_eval.geometry_runner import GeometrySettings
+    from crossbert_model.errors import CrossbertError
+
+    with pytest.raises(CrossbertError, match="--pooling: expected one or more of mean, cls, max"):
+        GeometrySettings(tasks=["TREC"], poolings=["avg"])

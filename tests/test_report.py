@@ -129,3 +129,112 @@ def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
     row = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
     assert row["SST-2:linear"] == pytest.approx(np.mean([100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))
+
+
+# -- uncertainty: error bars over seeds, and which differences are larger than the noise --------------
+
+from crossbert_eval import report as R  # noqa: E402
+
+
+def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_root):
+    md = build_report(sweep_root).read_text()
+    scores = R.load_scores(sweep_root)
+    final = scores[scores["is_main"] & scores["is_final"] & (scores["task"] == "SST-2")]
+    bands = R.seed_bands(final, ["objective", "size", "relative_depth"])  # what the layer-wise plot draws
+    row = bands[(bands["objective"] == "mlm") & (bands["size"] == "tiny") & (bands["relative_depth"] == 1.0)].iloc[0]
+    per_seed = [100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]
+    assert row["band"] == "min-max" and row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean(per_seed))
+    assert row["err_low"] == pytest.approx(np.mean(per_seed) - min(per_seed)) and row["err_high"] == pytest.approx(max(per_seed) - np.mean(per_seed))
+    for name in ("collapse", "loss_vs_probe", "layerwise", "training"):
+        assert f"*{name}: error bars: min–max over 2 seeds*" in md
+    sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")  # tables: mean, std and min / max over seeds, seeds
+    assert {"SST-2:linear", "SST-2:linear_std", "SST-2:linear_min", "SST-2:linear_max", "seeds"} <= set(sizes.columns)
+    bars = R.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
+    assert (bars["band"] == "min-max").all() and (bars["err_low"] > 0).all()
+    assert "SST-2:linear_std" in md.split("## Last layer vs best layer")[0]
+
+
+def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
+    rows = pd.DataFrame({"g": ["a"] * 3 + ["b"], "seed": [0, 1, 2, 0], "score": [1.0, 2.0, 3.0, 5.0],
+                         "score_ci_low": [np.nan] * 3 + [4.0], "score_ci_high": [np.nan] * 3 + [7.0]})  # fmt: skip
+    bands = R.seed_bands(rows, ["g"]).set_index("g")
+    assert bands.loc["a", "band"] == "std" and bands.loc["a", "err_low"] == pytest.approx(1.0) == bands.loc["a", "err_high"]
+    assert bands.loc["b", "band"] == "bootstrap" and (bands.loc["b", "err_low"], bands.loc["b", "err_high"]) == (1.0, 2.0)
+    assert R.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
+
+
+def _noise_store(root: Path, cells: dict, ci: dict | None = None) -> Path:
+    """cells: {(objective, task, layer): [score per seed]} on one size ("nano", 2 layers); ci: the same keys
+    -> (low, high) written on every seed's row (one-seed sweeps)."""
+    checkpoints, results = [], []
+    for (objective, task, layer), values in cells.items():
+        for seed, value in enumerate(values):
+            fp = f"{objective}-nano-{seed}"
+            checkpoints.append({"run": f"{objective}-nano-s{seed}", "objective": objective, "size": "nano", "seed": seed, "step": 10,
+                                "total_steps": 10, "checkpoint": fp, "model_fingerprint": fp, "params_non_embedding": 1000,
+                                "params_encoder": 1000, "hidden_size": 8, "layers": 2, "corpus_tokens": 10, "train_flops": 1e6,
+                                "val_loss": 5.0})  # fmt: skip
+            low, high = (ci or {}).get((objective, task, layer), (None, None))
+            results.append({"model_fingerprint": fp, "task": task, "family": "glue", "split": "validation", "probe": "linear",
+                            "layer": layer, "relative_depth": layer / 2, "pooling": "mean", "metric": "accuracy", "value": value,
+                            "is_main": True, "ci_low": low, "ci_high": high})  # fmt: skip
+    _write_jsonl(root / "checkpoints.jsonl", checkpoints)
+    _write_jsonl(root / "results" / "results.jsonl", results)
+    return root
+
+
+def test_the_report_says_which_differences_are_beyond_the_seed_spread(tmp_path):
+    cells = {
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # 20 points apart: beyond
+        ("mlm", "STS-B", 2): [0.60, 0.62, 0.64], ("crossbert", "STS-B", 2): [0.61, 0.63, 0.65],  # 1 point, std 2: within
+        ("mlm", "SST-2", 0): [0.50, 0.60, 0.70], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
+        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
+    }  # fmt: skip
+    md = build_report(_noise_store(tmp_path, cells)).read_text()
+    table = pd.read_csv(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
+    verdict = {(r["comparison"], r["objective"], r["task"]): r["verdict"] for _, r in table.iterrows()}
+    assert verdict[("crossbert - mlm", "", "SST-2")] == "beyond noise"
+    assert verdict[("crossbert - mlm", "", "STS-B")] == "within noise"
+    assert verdict[("last layer - layer 0", "mlm", "SST-2")] == "within noise"  # layer 0 spread 10 points over seeds
+    assert verdict[("last layer - layer 0", "crossbert", "SST-2")] == "beyond noise"
+    assert verdict[("last layer - layer 0", "mlm", "STS-B")] == "beyond noise"
+    row = table[(table["comparison"] == "crossbert - mlm") & (table["task"] == "SST-2")].iloc[0]
+    assert row["diff"] == pytest.approx(20.0) and row["a_seeds"] == row["b_seeds"] == 3
+    assert "**crossbert - mlm**: 1 of 2 differences are larger than the noise (1 within it, 0 without a noise estimate): nano SST-2:linear (+20.00)." in md
+    assert "**last layer - layer 0**: 3 of 4 differences are larger than the noise" in md
+
+
+def test_with_one_seed_the_bootstrap_interval_is_the_noise(tmp_path):
+    cells = {("mlm", "SST-2", 2): [0.60], ("crossbert", "SST-2", 2): [0.64], ("mlm", "STS-B", 2): [0.60], ("crossbert", "STS-B", 2): [0.70]}
+    ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),  # overlap: within
+          ("mlm", "STS-B", 2): (0.58, 0.62), ("crossbert", "STS-B", 2): (0.68, 0.72)}  # fmt: skip
+    build_report(_noise_store(tmp_path, cells, ci))
+    table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
+    objectives = table[table["comparison"] == "crossbert - mlm"].set_index("task")
+    assert objectives.loc["SST-2", "verdict"] == "within noise" and objectives.loc["STS-B", "verdict"] == "beyond noise"
+    assert set(objectives["noise"]) == {"bootstrap 95% interval (1 seed)"}
+    scores = pd.read_csv(tmp_path / "tables" / "scores.csv")
+    assert scores["score_ci_low"].notna().all()
+
+
+def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_root):
+    metrics = ("effective_rank", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_normalised")
+
+    def add_geometry(rows):
+        geo = []
+        for r in rows:
+            if r["task"] == "SST-2":
+                for i, m in enumerate(metrics):
+                    geo.append({**r, "probe": "geometry", "metric": m, "value": 1.0 + i + r["layer"] + 0.1 * r["value"], "is_main": i == 0})
+        return rows + geo
+
+    _rewrite_results(sweep_root, add_geometry)
+    md = build_report(sweep_root).read_text()
+    assert "geometry" not in set(pd.read_csv(sweep_root / "tables" / "scores.csv")["probe"])
+    geometry = pd.read_csv(sweep_root / "tables" / "geometry.csv")
+    assert len(geometry) == len(metrics) * 2 * 2  # metrics x objectives x sizes
+    row = geometry[(geometry["objective"] == "mlm") & (geometry["size"] == "tiny") & (geometry["metric"] == "anisotropy")].iloc[0]
+    assert row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean([2.0 + 4 + 0.1 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))
+    for name in ("geometry_depth", "geometry_size"):
+        assert (sweep_root / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in md
+    assert "## Representation geometry" in md

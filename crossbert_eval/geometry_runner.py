@@ -1,0 +1,175 @@
+"""Representation geometry per layer of a frozen encoder, from the feature cache: result rows, no labels.
+
+    crossbert geometry minilm --tasks SST-2,STS-B --layers all --pooling mean
+
+Which texts: each task's evaluation split(s) (task.eval_splits), one unit per (split, layer, pooling).
+Single-sentence tasks give their texts; pair tasks give the first and the second sentences, each encoded
+alone, stacked (2n rows): the geometry of the sentence space, not of the joint pair encoding a joint
+linear / kNN probe reads. Those are the same cached features as the cosine probe's (and senteval pair
+mode's), so after those probes nothing is encoded; after a joint-mode probe a pair task encodes its two
+sides once. Rows go to the results store with probe="geometry", one per metric of geometry.METRICS,
+and a unit key, so a rerun skips what is done and concurrent runs share the work (results.ResultsStore.claim).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import geometry as G
+from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
+from .probe import ProbeError, _choices_error
+from .results import CLAIMED, ResultsStore, unit_key
+from .tasks import Split, Task, TaskDataMissing, resolve_tasks
+
+log = logging.getLogger(__name__)
+
+PROBE_NAME = "geometry"
+# Recorded with the protocol constants: which rows the metrics were computed on (see the module docstring).
+PAIR_TEXTS = "first and second sentences, each encoded alone, stacked"
+
+
+@dataclass
+class GeometrySettings:
+    tasks: list[str]
+    layers: str = "all"  # all | last | N | N,M,...
+    poolings: list[str] | None = None  # None: the model's own pooling (encoder.default_pooling)
+    results_dir: str = "runs/results"
+    cache_dir: str = "runs/features"
+    force: bool = False
+    data_root: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.poolings, str):
+            self.poolings = [p.strip() for p in self.poolings.split(",") if p.strip()]
+        self.validate()
+
+    def validate(self) -> None:
+        if self.poolings is not None:
+            bad = [p for p in self.poolings if p not in POOLINGS]
+            if bad or not self.poolings:
+                raise _choices_error("--pooling", POOLINGS, self.poolings)
+        if not self.tasks:
+            raise ProbeError("--tasks: expected one or more task names, got none")
+
+
+def protocol_for(task: Task) -> dict:
+    return {**G.GEOMETRY_PROTOCOL, "texts": PAIR_TEXTS if task.is_pair else "texts"}
+
+
+class GeometryRunner:
+    def __init__(self, encoder: FrozenEncoder, settings: GeometrySettings):
+        self.encoder, self.s = encoder, settings
+        settings.validate()
+        self.store = ResultsStore(settings.results_dir)
+        self.cache = FeatureCache(settings.cache_dir)
+        self.missing: dict[str, str] = {}
+        self.layers = encoder.layer_indices(settings.layers)
+        if settings.poolings:
+            self.poolings, self.pooling_source = list(settings.poolings), "user"
+        else:
+            self.poolings, self.pooling_source = [encoder.default_pooling], encoder.pooling_source
+
+    def _unit(self, task: Task, split_name: str, split: Split, layer: int, pooling: str) -> str:
+        return unit_key(
+            model=self.encoder.fingerprint, task=task.name, split=split_name, probe=PROBE_NAME, layer=layer, pooling=pooling,
+            pair_mode=None, protocol=protocol_for(task), max_length=self.encoder.max_length,
+            dtype=self.encoder.identity["features_dtype"], data=texts_digest(split.texts, split.texts_pair),
+        )  # fmt: skip
+
+    def features(self, task: Task, split_name: str, split: Split, layers, poolings) -> dict:
+        """{(layer, pooling): (n or 2n, d)}: cached by content, so the probe runner's features are read, not re-encoded."""
+        label = f"{task.name}/{split_name}"
+        a = self.cache.features(self.encoder, split.texts, None, layers, poolings, f"{label}/{'a' if task.is_pair else 'text'}")
+        if not task.is_pair:
+            return a
+        b = self.cache.features(self.encoder, split.texts_pair, None, layers, poolings, f"{label}/b")
+        return {k: np.concatenate([a[k], b[k]]) for k in a}
+
+    def run_split(self, task: Task, split_name: str, bar: tqdm) -> list[dict]:
+        split = task.load_split(split_name, self.s.data_root)
+        units = [(l, p, self._unit(task, split_name, split, l, p)) for l in self.layers for p in self.poolings]
+        todo = [u for u in units if self.s.force or not self.store.done(u[-1])]
+        bar.update(len(units) - len(todo))
+        if self.s.force:
+            self.store.remove_units({u[-1] for u in todo})
+        feats, rows = None, []
+        for layer, pooling, key in todo:
+            if self.store.claim(key) != CLAIMED:  # done or being computed by another live run
+                bar.update(1)
+                continue
+            try:
+                if feats is None:  # read only once a unit is ours, all the layers still to do at once
+                    feats = self.features(task, split_name, split, sorted({u[0] for u in todo}), list(dict.fromkeys(u[1] for u in todo)))
+                started = time.perf_counter()
+                values = G.geometry(feats[(layer, pooling)])
+                unit_rows = self._rows(task, split_name, layer, pooling, key, len(feats[(layer, pooling)]), values, time.perf_counter() - started)
+                rows.extend(self.store.append(unit_rows))
+            finally:
+                self.store.release(key)
+            bar.update(1)
+        return rows
+
+    def _rows(self, task: Task, split_name: str, layer: int, pooling: str, key: str, n: int, values: dict, seconds: float) -> list[dict]:
+        ident = self.encoder.identity
+        base = {
+            **ident,
+            "task": task.name,
+            "family": task.family,
+            "split": split_name,
+            "probe": PROBE_NAME,
+            "layer": int(layer),
+            "relative_depth": layer / ident["num_layers"],
+            "pooling": pooling,
+            "pooling_source": self.pooling_source,
+            "pair_mode": None,
+            "n_eval": n,  # feature rows measured (2x the pairs for a pair task)
+            "protocol": protocol_for(task),
+            "probe_seconds": round(seconds, 3),
+            "unit": key,
+        }
+        return [{**base, "metric": m, "value": float(values[m]), "is_main": m == G.METRICS[0]} for m in G.METRICS]
+
+    def run(self, tasks: list[Task]) -> pd.DataFrame:
+        plans = []
+        for task in tasks:
+            for split_name in task.eval_splits:
+                try:
+                    task.load_split(split_name, self.s.data_root)
+                    plans.append((task, split_name))
+                except TaskDataMissing as e:  # reported, never silently skipped
+                    log.error("%s", e)
+                    self.missing[task.name] = str(e)
+        bar = tqdm(total=len(plans) * len(self.layers) * len(self.poolings), desc=f"geometry {self.encoder.name}", unit="unit", disable=None)
+        keys = set()
+        for task, split_name in plans:
+            split = task.load_split(split_name, self.s.data_root)
+            keys |= {self._unit(task, split_name, split, l, p) for l in self.layers for p in self.poolings}
+            self.run_split(task, split_name, bar)
+        bar.close()
+        df = self.store.dataframe()
+        return df[df["unit"].isin(keys)] if len(df) else df
+
+
+def geometry_table(df: pd.DataFrame) -> str:
+    """One row per task x split x pooling x metric, one column per layer."""
+    if df is None or not len(df):
+        return "(no results)"
+    table = df.pivot_table(index=["task", "split", "pooling", "metric"], columns="layer", values="value", aggfunc="mean")
+    table.columns = [f"L{int(c)}" for c in table.columns]
+    return table.round(4).to_string()
+
+
+def geometry_model(model: str, settings: GeometrySettings, **encoder_options) -> GeometryRunner:
+    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle, views)."""
+    settings.validate()
+    tasks = resolve_tasks(settings.tasks)
+    encoder = FrozenEncoder.load(model, **encoder_options)
+    runner = GeometryRunner(encoder, settings)
+    runner.frame = runner.run(tasks)
+    return runner
