@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.errors import CrossbertError
+from crossbert_model.shared_loss import SHARED_LOSS_KEYS, SHARED_LOSS_R50
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
 from .results import RESULTS_FILE, duplicate_units, normalise_row
@@ -33,6 +34,9 @@ GEOMETRY_PROBE = "geometry"  # crossbert_eval.geometry_runner.PROBE_NAME, withou
 class ReportError(CrossbertError, ValueError):
     """The report was asked of something that is not a sweep folder."""
 
+
+# Loss columns of checkpoints.jsonl, native first; shared-protocol ones exist for checkpoints trained since they did.
+LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
 
 def _results_path(root: Path) -> Path:
     return root / "results" / RESULTS_FILE
@@ -94,7 +98,8 @@ def _headline_split(df: pd.DataFrame) -> pd.DataFrame:
 def summarise(scores: pd.DataFrame) -> pd.DataFrame:
     """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages, MTEB averages by type."""
     main = _headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
-    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops", "val_loss"]
+    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
+           *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
     parts = []
     for probe in GLUE_PROBES:
         sub = main[(main["probe"] == probe) & (main["family"] == "glue")]
@@ -115,7 +120,7 @@ def summarise(scores: pd.DataFrame) -> pd.DataFrame:
 def by_size(summary: pd.DataFrame) -> pd.DataFrame:
     """Final checkpoints, mean and std over seeds."""
     final = summary[summary["is_final"]]
-    metrics = [c for c in final.columns if c.startswith(("glue_", "mteb_")) or ":" in c or c == "val_loss"]
+    metrics = [c for c in final.columns if c.startswith(("glue_", "mteb_")) or ":" in c or c in LOSS_COLUMNS]
     grouped = final.groupby(["objective", "size", "params_non_embedding", "train_flops"], dropna=False)[metrics]
     out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
            .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
@@ -352,16 +357,23 @@ def plot_collapse(sizes: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
+    """Loss against probe score. Objectives are put side by side by the shared-protocol loss (the same
+    masks, pure [MASK] for MLM, visible-only encoder for CrossBERT); each objective's native validation
+    loss is a different task and is used only where a sweep predates the shared loss."""
     plt = _pyplot()
     probe_col = next((c for c in ("glue_linear", "mteb_avg", "glue_knn") if c in sizes.columns), None)
-    if probe_col is None or "val_loss" not in sizes.columns:
+    loss_col = next((c for c in (SHARED_LOSS_R50, "val_loss") if c in sizes.columns and sizes[c].notna().any()), None)
+    if probe_col is None or loss_col is None:
         return []
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
-    bands = _lines(a, sizes, "params_non_embedding", "val_loss")
+    bands = _lines(a, sizes, "params_non_embedding", loss_col)
     _log_x(a)
     a.set_xlabel("encoder parameters, non-embedding (count, log)")
-    a.set_ylabel("validation masked-token loss (nats)")
-    a.set_title("pre-training loss (MLM: 15% of tokens; CrossBERT: r of tokens,\nnot comparable across objectives)", fontsize=9)
+    a.set_ylabel("masked-token loss (nats)")
+    if loss_col == SHARED_LOSS_R50:
+        a.set_title("shared-protocol loss, r = 0.5 (the same masks for both objectives:\ncomparable across objectives)", fontsize=9)
+    else:
+        a.set_title("native validation loss (MLM: 15% of tokens; CrossBERT: r of tokens,\nnot comparable across objectives)", fontsize=9)
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
     bands |= _lines(b, sizes, "params_non_embedding", probe_col)
@@ -572,7 +584,8 @@ def render_markdown(
     extras = extras or {}
     score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith(("_std", "_min", "_max"))]
     with_std = [x for c in score_cols for x in (c, f"{c}_std")]
-    shown = sizes[["objective", "size", "params_non_embedding", "train_flops", "val_loss", *with_std, "seeds"]]
+    losses = [c for c in LOSS_COLUMNS if c in sizes.columns]
+    shown = sizes[["objective", "size", "params_non_embedding", "train_flops", *losses, *with_std, "seeds"]]
     layer_best = _layer_best(scores)
     compared = extras.get("comparisons", pd.DataFrame())
     geometry = extras.get("geometry", pd.DataFrame())
@@ -582,8 +595,11 @@ def render_markdown(
         *([f"**{warning}**", ""] if warning else []),
         "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
         "`glue_*` averages the GLUE tasks probed; `mteb_*` averages mteb's main scores (by task type, and overall).",
-        "Validation loss is the masked-token cross-entropy of each objective (MLM at 15%, CrossBERT at its mask ratio): "
-        "it ranks sizes within an objective, not objectives against each other.",
+        "`val_loss` is the masked-token cross-entropy of each objective on its own task (MLM at its ratio with BERT's "
+        "80/10/10, CrossBERT at its mask ratio): it ranks sizes within an objective, not objectives against each other. "
+        "`shared_loss_r15` / `shared_loss_r50` are the shared-protocol losses (crossbert_model/shared_loss.py: the same "
+        "seeded masks at 15% / 50%, every selected token [MASK] for MLM, only the unselected tokens visible to CrossBERT's "
+        "encoder): compare objectives by these.",
         "",
         "## Final checkpoints by size",
         "",

@@ -25,6 +25,7 @@ from pathlib import Path
 from crossbert_model.args import ConfigError, deep_merge, dump_yaml, from_dict, load_config
 from crossbert_model.errors import debug_requested, exit_on_user_error
 from crossbert_model.checkpoint import list_checkpoints
+from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.config import parameter_counts, training_flops_per_token
 from crossbert_model.train import TrainConfig, model_config_from_args, validate_config
 from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, data_root, provenance, read_jsonl, set_offline_env
@@ -226,6 +227,8 @@ class Sweep:
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
             "corpus_tokens": state["corpus_tokens"], "train_flops": state["train_flops"],
             "val_loss": (state.get("metrics") or {}).get("val_loss"), "val_ppl": (state.get("metrics") or {}).get("val_ppl"),
+            # the loss both objectives answer identically (crossbert_model.shared_loss): the one to compare them by
+            **{key: (state.get("metrics") or {}).get(key) for key in SHARED_LOSS_KEYS.values()},
         }  # fmt: skip
         append_jsonl(self.checkpoints_file, [row])
 

@@ -76,6 +76,13 @@ class CrossBertConfig(PretrainedConfig):
         self.mask_ratio = mask_ratio if mask_ratio is not None else (0.15 if objective == "mlm" else 0.5)
         if not 0.0 < self.mask_ratio < 1.0:
             raise ValueError(f"config field 'mask_ratio': expected a value in (0, 1), got {self.mask_ratio}")
+        for name, value in (("mlm_mask_prob", mlm_mask_prob), ("mlm_random_prob", mlm_random_prob)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"config field {name!r}: expected a value in [0, 1], got {value}")
+        if mlm_mask_prob + mlm_random_prob > 1.0 + 1e-9:  # the kept share is the rest
+            raise ValueError(
+                f"config fields 'mlm_mask_prob' + 'mlm_random_prob' must be at most 1, got {mlm_mask_prob} + {mlm_random_prob}"
+            )
         self.mlm_mask_prob = mlm_mask_prob
         self.mlm_random_prob = mlm_random_prob
         self.predictor_layers = predictor_layers

@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed as D
-from .args import ConfigError, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
+from .args import ConfigError, deep_merge, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
 from .checkpoint import (
     CheckpointError,
     checkpoint_dir,
@@ -51,6 +51,7 @@ from .data import DataArgs, EpochSampler, check_tokenizer_matches, corpus_locati
 from .hardware import DTYPES, matmul_flops, resolve_precision, torch_autocast_dtype
 from .masking import num_targets, pretraining_batch
 from .model import Block, PredictorBlock, pretraining_model_for
+from .shared_loss import protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
 from .errors import CrossbertError, debug_requested, exit_on_user_error
 
@@ -62,6 +63,10 @@ class ModelArgs:
     preset: str = "tiny"
     objective: str = "mlm"  # "mlm" (flat BERT) | "crossbert"
     mask_ratio: float | None = None  # default: 0.15 for mlm, 0.5 for crossbert
+    # Flat MLM corruption of the selected tokens: shares replaced by [MASK] / by a random token; the
+    # rest are kept (BERT: 0.8 / 0.1 / 0.1). Pure masking: mlm_mask_prob=1.0 mlm_random_prob=0.0.
+    mlm_mask_prob: float = 0.8
+    mlm_random_prob: float = 0.1
     complementary_masking: bool = True
     predictor_layers: int = 2  # 1 layer: every query of a view is the same vector, only RoPE tells them apart; it plateaus
     predictor_hidden_size: int | None = None  # default: the preset's
@@ -226,6 +231,12 @@ def _validate_model(m: ModelArgs) -> None:
     _one_of("model.objective", m.objective, OBJECTIVES)
     if m.mask_ratio is not None:
         _number_in("model.mask_ratio", m.mask_ratio, 0.0, 1.0, True, True)
+    _number_in("model.mlm_mask_prob", m.mlm_mask_prob, 0.0, 1.0, False, False)
+    _number_in("model.mlm_random_prob", m.mlm_random_prob, 0.0, 1.0, False, False)
+    # The kept share is what is left over: the two given shares cannot exceed the whole.
+    total = m.mlm_mask_prob + m.mlm_random_prob
+    expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
+    _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
     _positive_int("model.predictor_layers", m.predictor_layers)
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size"):
         _positive_int(f"model.{name}", getattr(m, name), optional=True)
@@ -281,6 +292,8 @@ def model_config_from_args(m: ModelArgs, data: DataArgs, tokenizer=None) -> Cros
         objective=m.objective,
         mask_ratio=m.mask_ratio,
         complementary_masking=m.complementary_masking,
+        mlm_mask_prob=m.mlm_mask_prob,
+        mlm_random_prob=m.mlm_random_prob,
         predictor_layers=m.predictor_layers,
         mlp_type=m.mlp_type,
         norm_type=m.norm_type,
@@ -332,6 +345,9 @@ def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> list[tuple[str, 
     saved = read_saved_config(run_dir)
     if saved is None:
         return []
+    # A key the saved config lacks was added to the tool since (e.g. model.mlm_mask_prob): that run was
+    # trained with the key's default, so only a non-default value now is a change.
+    saved = deep_merge(to_dict(TrainConfig()), saved)
     diffs = [d for d in diff_dicts(saved, to_dict(cfg)) if d[0] not in NON_DEFINING_KEYS]
     # Runs saved before dtype was resolved at start recorded only 'auto': whatever it resolves to now is that run's choice.
     diffs = [d for d in diffs if not (d[0] == "dtype" and d[1] == "auto")]
@@ -539,7 +555,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Masked-token loss on a fixed set of held-out sequences with fixed masks (perplexity for MLM)."""
+        """Masked-token loss on a fixed set of held-out sequences with fixed masks (perplexity for MLM):
+        `val_loss` is the objective's own task (not comparable across objectives), `shared_loss_r15` /
+        `shared_loss_r50` the shared protocol's (comparable; see crossbert_model.shared_loss)."""
         cfg, env = self.cfg, self.env
         n = min(cfg.eval_sequences, len(self.data.val))
         if n == 0:
@@ -557,10 +575,26 @@ class Trainer:
                 out = (self.model if cfg.distributed == "fsdp" else self.hf_model)(**part)
             total += float(out.loss_sum)
             count += int(out.num_predicted)
+        shared = self._shared_loss_sums(n)
         self.model.train()
         total, count = D.all_reduce_sum(env, total, count)
         val_loss = total / max(count, 1)
-        return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0)), "val_targets": int(count)}
+        metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0)), "val_targets": int(count)}
+        return {**metrics, **shared_loss_metrics(shared)}
+
+    def _shared_loss_sums(self, n: int) -> dict[float, tuple[float, int]]:
+        """The objective-independent masked-token loss (crossbert_model.shared_loss) on the same n
+        validation sequences: the number that compares a flat MLM run with a CrossBERT run."""
+        cfg, env = self.cfg, self.env
+        ids = self.data.val.get(np.arange(n))
+        model = self.model if cfg.distributed == "fsdp" else self.hf_model
+        sums = shared_loss_sums(
+            model, self.model_config, ids, protocol_selections(torch.ones_like(ids)), cfg.batch_size, env.device,
+            autocast=self._autocast, rows=lambda r: (env.rank * r // env.world_size, (env.rank + 1) * r // env.world_size),
+        )
+        ratios = list(sums)
+        reduced = D.all_reduce_sum(env, *[x for ratio in ratios for x in sums[ratio]])
+        return {ratio: (reduced[2 * i], int(reduced[2 * i + 1])) for i, ratio in enumerate(ratios)}
 
     # -- divergence ------------------------------------------------------------------------------
 

@@ -99,3 +99,96 @@ def test_num_targets_counts_every_masked_real_token_of_every_view(real_batch):
     visible = complementary_views(attention, 2, torch.Generator().manual_seed(0))
     batch = {"input_ids": ids, "attention_mask": attention, "visible": visible}
     assert num_targets(batch) == int(attention.sum())  # K = 2: each token predicted once
+
+
+# -- the shared protocol (crossbert_model.shared_loss) ------------------------------------------------------
+
+
+def _spy(config):
+    """A stand-in model that records the inputs the shared protocol gives it."""
+    from types import SimpleNamespace
+
+    seen = {}
+
+    def model(**batch):
+        seen.update(batch)
+        if "labels" in batch:
+            count = batch["labels"].ne(-100).sum()
+        else:
+            count = (batch["attention_mask"].bool() & ~batch["visible"][:, 0]).sum()
+        return SimpleNamespace(loss_sum=torch.tensor(0.0), num_predicted=count)
+
+    return model, seen
+
+
+def _objective_configs():
+    from crossbert_model.config import config_from_preset
+
+    return {o: config_from_preset("nano", objective=o, vocab_size=2048) for o in ("mlm", "crossbert")}
+
+
+@pytest.mark.parametrize("ratio", [0.15, 0.5])
+def test_shared_protocol_selects_round_r_n_real_tokens_per_row(real_batch, ratio):
+    from crossbert_model.shared_loss import protocol_generator, protocol_selection
+
+    ids, attention = real_batch
+    selected = protocol_selection(attention, ratio, protocol_generator())
+    assert not (selected & ~attention.bool()).any()  # never padding
+    n = attention.sum(dim=1).tolist()
+    assert selected.sum(dim=1).tolist() == [min(round(ratio * k), k - 1) for k in n]
+
+
+def test_shared_protocol_selection_depends_on_the_protocol_seed_only(real_batch):
+    from crossbert_model.shared_loss import protocol_generator, protocol_selection
+
+    ids, attention = real_batch
+    torch.manual_seed(0)
+    a = protocol_selection(attention, 0.5, protocol_generator())
+    torch.manual_seed(1)  # the global RNG (model init, run seed) plays no part
+    assert torch.equal(a, protocol_selection(attention, 0.5, protocol_generator()))
+    assert not torch.equal(a, protocol_selection(attention, 0.5, torch.Generator().manual_seed(99)))
+    # one generator seed for every ratio: the 15% selection nests inside the 50% one
+    small = protocol_selection(attention, 0.15, protocol_generator())
+    assert torch.equal(small & a, small)
+
+
+@pytest.mark.parametrize("ratio", [0.15, 0.5])
+def test_both_objectives_are_asked_the_same_positions_under_the_shared_protocol(real_batch, ratio):
+    from crossbert_model.shared_loss import protocol_generator, protocol_selection, shared_protocol_loss
+
+    ids, attention = real_batch
+    configs = _objective_configs()
+    (mlm, mlm_seen), (cb, cb_seen) = _spy(configs["mlm"]), _spy(configs["crossbert"])
+    _, mlm_count = shared_protocol_loss(mlm, ids, attention, ratio, protocol_generator(), config=configs["mlm"])
+    _, cb_count = shared_protocol_loss(cb, ids, attention, ratio, protocol_generator(), config=configs["crossbert"])
+    selected = protocol_selection(attention, ratio, protocol_generator())
+    real = attention.bool()
+
+    # flat MLM: [MASK] at every selected position, every other id untouched, labels at the selected ones
+    assert torch.equal(mlm_seen["labels"] != -100, selected)
+    assert torch.equal(mlm_seen["labels"][selected], ids[selected])
+    assert bool((mlm_seen["input_ids"][selected] == configs["mlm"].mask_token_id).all())
+    assert torch.equal(mlm_seen["input_ids"][~selected], ids[~selected])
+    # CrossBERT: one view whose visible tokens are exactly the real unselected ones; ids uncorrupted
+    assert cb_seen["visible"].shape == (ids.shape[0], 1, ids.shape[1])
+    assert torch.equal(cb_seen["visible"][:, 0], real & ~selected)
+    assert torch.equal(cb_seen["input_ids"], ids)
+    # hence the same targets for both
+    assert torch.equal(real & ~cb_seen["visible"][:, 0], mlm_seen["labels"] != -100)
+    assert mlm_count == cb_count == int(selected.sum())
+
+
+def test_shared_protocol_refuses_a_ratio_outside_0_1(real_batch):
+    from crossbert_model.shared_loss import SharedLossError, protocol_generator, protocol_selection
+
+    with pytest.raises(SharedLossError, match="'ratio': expected a number in \\(0, 1\\), got 1.0"):
+        protocol_selection(real_batch[1], 1.0, protocol_generator())
+
+
+def test_pure_masking_replaces_every_selected_token_by_mask(real_batch):
+    ids, attention = real_batch
+    batch = mlm_masking(ids, attention, mask_ratio=0.5, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
+                        generator=torch.Generator().manual_seed(0), mask_prob=1.0, random_prob=0.0)  # fmt: skip
+    selected = batch["labels"] != -100
+    assert bool((batch["input_ids"][selected] == 4).all())
+    assert torch.equal(batch["input_ids"][~selected], ids[~selected])

@@ -131,3 +131,65 @@ def test_training_flops_follow_the_shape():
     # CrossBERT without CMS at r=0.5 runs the encoder on half the tokens: cheaper per token at BERT-base size
     half = cm.config_from_preset("base", objective="crossbert", complementary_masking=False, mask_ratio=0.5)
     assert cm.training_flops_per_token(half, 128) < 0.7 * cm.training_flops_per_token(mlm, 128)
+
+
+# -- the shared-protocol loss (crossbert_model.shared_loss) -------------------------------------------------
+
+
+def _ce_sum(logits, labels):
+    return float(torch.nn.functional.cross_entropy(logits.double(), labels, reduction="sum"))
+
+
+def test_shared_loss_of_flat_mlm_is_the_hand_computed_cross_entropy(real_batch):
+    from crossbert_model.shared_loss import protocol_generator, protocol_selection, shared_protocol_loss
+
+    ids, attention = real_batch
+    model = build("mlm", 2048).float()
+    selected = protocol_selection(attention, 0.5, protocol_generator())
+    with torch.no_grad():
+        loss_sum, count = shared_protocol_loss(model, ids, attention, 0.5, protocol_generator())
+        # by hand: [MASK] at the selected positions, head at every position, cross-entropy at the selected ones
+        hidden = model.encoder(ids.masked_fill(selected, model.config.mask_token_id), attention_mask=attention).last_hidden_state
+        logits = model.head(hidden, model.encoder.embeddings.weight)
+    assert count == int(selected.sum()) == sum(min(round(0.5 * n), n - 1) for n in attention.sum(dim=1).tolist())
+    assert float(loss_sum) == pytest.approx(_ce_sum(logits[selected], ids[selected]), rel=1e-5)
+
+
+def test_shared_loss_over_a_set_is_sum_over_count_not_a_mean_of_batch_means(real_batch):
+    from crossbert_model.shared_loss import protocol_selections, shared_loss_metrics, shared_loss_sums
+
+    ids, attention = real_batch  # the last 8 rows are padded: batches hold different target counts
+    model = build("crossbert", 2048).float()
+    selections = protocol_selections(attention)
+    with torch.no_grad():
+        sums = shared_loss_sums(model, model.config, ids, selections, batch_size=20, device="cpu", attention_mask=attention)
+        row_sums, row_counts = [], []
+        for row in range(len(ids)):  # one sequence at a time, cross-entropy by hand
+            visible = (attention[row : row + 1].bool() & ~selections[0.5][row : row + 1]).unsqueeze(1)
+            out = model(ids[row : row + 1], attention[row : row + 1], visible)
+            row_sums.append(_ce_sum(out.logits, out.labels))
+            row_counts.append(len(out.labels))
+    total, count = sums[0.5]
+    expected_counts = [min(round(0.5 * n), n - 1) for n in attention.sum(dim=1).tolist()]
+    assert row_counts == expected_counts and count == sum(expected_counts)
+    assert total == pytest.approx(sum(row_sums), rel=1e-5)
+    metrics = shared_loss_metrics(sums)
+    assert metrics["shared_loss_r50"] == pytest.approx(sum(row_sums) / count, rel=1e-5)
+    # the test can tell the two apart: a mean of the two batch means is another number
+    batch_means = [sum(row_sums[a:b]) / sum(row_counts[a:b]) for a, b in ((0, 20), (20, 32))]
+    assert abs(sum(batch_means) / 2 - metrics["shared_loss_r50"]) > 1e-4
+    assert metrics["shared_targets_r15"] == sum(min(round(0.15 * n), n - 1) for n in attention.sum(dim=1).tolist())
+
+
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_an_untrained_models_shared_loss_is_near_ln_vocab(real_batch, objective):
+    import math
+
+    from crossbert_model.shared_loss import protocol_generator, shared_protocol_loss
+
+    ids, attention = real_batch
+    model = build(objective, 2048).float()
+    for ratio in (0.15, 0.5):
+        with torch.no_grad():
+            loss_sum, count = shared_protocol_loss(model, ids, attention, ratio, protocol_generator())
+        assert float(loss_sum) / count == pytest.approx(math.log(2048), abs=0.1)

@@ -93,6 +93,16 @@ def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path, mode):
         check=True, env=env, cwd=tmp_path, capture_output=True, timeout=300,
     )  # fmt: skip
     assert losses(two.run_dir) == pytest.approx(losses(one.run_dir), rel=1e-5)
+    # validation, shared-protocol losses included: each process scores its rows, the sums are reduced
+    single, double = evaluated(one.run_dir), evaluated(two.run_dir)
+    assert "shared_loss_r50" in single[-1]
+    assert double == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in single]
+
+
+def evaluated(run_dir: Path) -> list[dict]:
+    """The validation metrics (native and shared-protocol) of every evaluated step."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k.startswith(("val_", "shared_"))} for r in rows if "val_loss" in r]
 
 
 def test_a_diverged_model_is_never_saved(corpus_args, tmp_path):
@@ -188,6 +198,9 @@ def test_config_overrides_are_typed_and_unknown_keys_rejected(tmp_path):
         ("model.mask_ratio", 0.0, "model.mask_ratio", r"a number in \(0, 1\)"),
         ("optim.schedule", "cosinus", "optim.schedule", "one of cosine, linear, constant"),
         ("dtype", "fp16", "dtype", "one of auto, fp32, bf16"),
+        ("model.mlm_mask_prob", 1.5, "model.mlm_mask_prob", r"a number in \[0, 1\]"),
+        ("model.mlm_random_prob", -0.1, "model.mlm_random_prob", r"a number in \[0, 1\]"),
+        ("model.mlm_random_prob", 0.3, "model.mlm_random_prob", r"at most 1 - model.mlm_mask_prob \(0.2\)"),
         ("resume_allow_changes", ["optim.lrr"], "resume_allow_changes", "dotted config keys such as optim.lr"),
     ],
 )
@@ -307,3 +320,89 @@ def test_a_corpus_byte_that_is_not_utf8_is_named_with_file_line_and_offset(tmp_p
     offset = len(first.encode("latin-1")) + len(b'{"text": "bad ')
     with pytest.raises(DataError, match=rf"^{re.escape(str(corpus))}:2: not valid UTF-8 at byte {offset} "):
         prepare_data(DataArgs(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), vocab_size=100))
+
+
+# -- MLM corruption shares and the shared-protocol loss ----------------------------------------------------
+
+
+def test_mlm_corruption_shares_reach_the_model_config_and_the_training_batch(corpus_args):
+    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.train import ModelArgs, model_config_from_args
+
+    config = model_config_from_args(ModelArgs(mask_ratio=0.5, mlm_mask_prob=1.0, mlm_random_prob=0.0), corpus_args)
+    assert (config.mlm_mask_prob, config.mlm_random_prob) == (1.0, 0.0)
+    ids = torch.randint(5, 2048, (16, 64))
+    batch = pretraining_batch(ids, torch.ones_like(ids), config, torch.Generator().manual_seed(0))
+    selected = batch["labels"] != -100
+    assert bool((batch["input_ids"][selected] == config.mask_token_id).all())  # pure masking: no random, no kept
+    default = model_config_from_args(ModelArgs(), corpus_args)
+    assert (default.mlm_mask_prob, default.mlm_random_prob) == (0.8, 0.1)  # BERT's 80/10/10 stays the default
+
+
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(corpus_args, tmp_path, objective, monkeypatch):
+    from crossbert_model import data as data_module
+    from crossbert_model.shared_loss import SHARED_LOSS_R15, SHARED_LOSS_R50, shared_losses_for_checkpoint
+
+    cfg = tiny_config(corpus_args, tmp_path, objective, steps=3, eval_every=3, num_threads=1)
+    run_dir = train(cfg)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evaluated] == [0, 3]
+    assert all({SHARED_LOSS_R15, SHARED_LOSS_R50, "shared_targets_r15", "shared_targets_r50"} <= set(r) for r in evaluated)
+    assert evaluated[0]["shared_targets_r50"] == 16 * round(0.5 * 64)  # eval_sequences x round(r * n)
+    (step, path), = list_checkpoints(run_dir)
+    recorded = json.loads((path / "trainer_state.json").read_text())["metrics"]
+    assert recorded[SHARED_LOSS_R50] == evaluated[-1][SHARED_LOSS_R50]
+    # an old run is scored the same way from its folder alone (another batch size: same masks, same sums),
+    # with the tokenizer it was trained with even after the tokenizer recipe changed
+    monkeypatch.setattr(data_module, "TOKENIZER_RECIPE", "a newer recipe")
+    tokenizers = set((Path(corpus_args.cache_dir) / "tokenizers").iterdir())
+    scored = shared_losses_for_checkpoint(path, batch_size=5)
+    assert set((Path(corpus_args.cache_dir) / "tokenizers").iterdir()) == tokenizers  # none trained anew
+    for key in (SHARED_LOSS_R15, SHARED_LOSS_R50, "shared_targets_r15", "shared_targets_r50"):
+        assert scored[key] == pytest.approx(recorded[key], rel=1e-5), key
+    assert scored["step"] == 3
+
+
+def test_the_checkpoint_scorer_names_a_folder_that_is_not_a_run_checkpoint(tmp_path):
+    from crossbert_model.shared_loss import SharedLossError, shared_losses_for_checkpoint
+
+    with pytest.raises(SharedLossError, match="config.yaml: not found"):
+        shared_losses_for_checkpoint(tmp_path / "checkpoints" / "step_0000003")
+
+
+def test_a_trained_wordpiece_keeps_merges_when_the_corpus_alphabet_is_larger_than_the_vocabulary(tmp_path):
+    """Thousands of distinct characters (CJK here, as in a large Wikipedia sample) must not crowd the
+    word pieces out of a small vocabulary: the alphabet is capped, common words stay whole."""
+    from crossbert_model.data import train_wordpiece
+
+    rare = ["".join(chr(0x4E00 + i + j) for j in range(3)) for i in range(0, 3000, 3)]  # 3,000 distinct CJK characters
+    english = ["the river flows through the old town and the bridge crosses the river near the station"] * 200
+    tokenizer = train_wordpiece(iter(english + rare), 512, tmp_path / "tok")
+    tokens = tokenizer.tokenize("the river flows through the town")
+    assert tokens == ["the", "river", "flows", "through", "the", "town"]
+
+
+def test_a_character_level_vocabulary_is_refused(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from crossbert_model.data import _check_has_merges
+
+    letters = {c: i for i, c in enumerate(chr(0x4E00 + i) for i in range(600))}
+    with pytest.raises(DataError, match="600 of its 512 pieces are single characters"):
+        _check_has_merges(Tokenizer(models.WordPiece(vocab=letters, unk_token=chr(0x4E00))), 512, tmp_path)
+
+
+def test_a_run_saved_before_the_mlm_corruption_keys_existed_resumes(corpus_args, tmp_path):
+    import yaml
+
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=2, eval_every=0, num_threads=1)
+    train(cfg)
+    saved = yaml.safe_load((cfg.run_dir / "config.yaml").read_text())
+    del saved["model"]["mlm_mask_prob"], saved["model"]["mlm_random_prob"]  # as written before they existed
+    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    train(cfg)  # same defaults: accepted (complete, nothing to do)
+    cfg.model.mlm_mask_prob, cfg.model.mlm_random_prob = 1.0, 0.0
+    with pytest.raises(ConfigError, match="model.mlm_mask_prob: saved 0.8, now 1.0"):
+        train(cfg)  # another corruption than the one the run was trained with

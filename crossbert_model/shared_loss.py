@@ -1,0 +1,190 @@
+"""A masked-token loss that flat MLM and CrossBERT answer identically (the "shared protocol").
+
+Each objective's native validation loss answers its own task: BERT's 80/10/10 corruption lets the
+model copy its 10% kept targets from the input, CrossBERT's encoder never sees a masked token, and
+the mask ratios differ. Those numbers must not be compared. The shared protocol asks both models the
+same question:
+
+* the same fixed held-out sequences (the trainer's validation split, its first `eval_sequences`);
+* the same selected positions: exactly round(r * n) of each sequence's n real tokens, drawn from a
+  generator seeded by `SHARED_LOSS_SEED` alone (never by the run seed, the model or the objective);
+* flat MLM: every selected token -> [MASK] (no random, no kept token), loss on the selected ones;
+* CrossBERT: one view whose visible tokens are exactly the unselected ones; the predictor answers
+  the selected ones;
+* loss = sum of cross-entropies / number of selected tokens, over the whole set.
+
+    from crossbert_model.shared_loss import shared_losses_for_checkpoint
+    shared_losses_for_checkpoint("runs/tiny_mlm/checkpoints/step_0000300")
+    # {"shared_loss_r15": ..., "shared_loss_r50": ..., "shared_targets_r15": ..., ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import CrossbertError
+from .masking import _random_ranks
+
+# The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
+# gives K = 2 exact complements), so each objective is also scored at the other's working point.
+SHARED_LOSS_RATIOS = (0.15, 0.5)
+# The one seed of the protocol's selections. Fixed forever: changing it changes every shared loss
+# ever recorded, so runs scored before and after would no longer be comparable.
+SHARED_LOSS_SEED = 1234
+# One metric name per ratio (metrics.jsonl, trainer_state.json, sweep tables), and its token count.
+SHARED_LOSS_R15 = "shared_loss_r15"
+SHARED_LOSS_R50 = "shared_loss_r50"
+SHARED_LOSS_KEYS = {0.15: SHARED_LOSS_R15, 0.5: SHARED_LOSS_R50}
+SHARED_TARGETS_KEYS = {0.15: "shared_targets_r15", 0.5: "shared_targets_r50"}
+
+
+class SharedLossError(CrossbertError, ValueError):
+    """A bad argument of the shared protocol (a ratio, a checkpoint folder)."""
+
+
+def protocol_generator() -> torch.Generator:
+    """The protocol's selection RNG. The same for every ratio, so that (rank-based) selections nest:
+    the r = 0.15 positions of a sequence are a subset of its r = 0.5 positions."""
+    return torch.Generator().manual_seed(SHARED_LOSS_SEED)
+
+
+def protocol_selection(attention_mask: torch.Tensor, ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """(B, T) bool: exactly round(ratio * n) of each row's n real tokens, uniformly at random.
+
+    At most n - 1 are selected, so CrossBERT's encoder always has a visible token to read; a row that
+    would lose its last visible token would otherwise count for flat MLM and not for CrossBERT.
+    Drawn on the CPU from `generator` only, so the selection does not depend on device or model."""
+    if not (isinstance(ratio, (int, float)) and 0.0 < ratio < 1.0):
+        raise SharedLossError(f"shared-protocol field 'ratio': expected a number in (0, 1), got {ratio!r}")
+    real = attention_mask.detach().cpu().bool()
+    n_real = real.sum(dim=1, keepdim=True)
+    # in float64, as Python's round(ratio * n): float32's ratio can land on the other side of an x.5
+    n_select = torch.round(n_real.double() * ratio).long()
+    n_select = torch.minimum(n_select, (n_real - 1).clamp(min=0))
+    return (_random_ranks(real, generator) < n_select) & real
+
+
+def protocol_batch(config, input_ids: torch.Tensor, attention_mask: torch.Tensor, selected: torch.Tensor) -> dict:
+    """The model inputs that ask the model of `config` to predict exactly the `selected` tokens.
+
+    Flat MLM: every selected token -> [MASK], nothing else changed; labels at the selected ones.
+    CrossBERT: one view (B, 1, T) in which the visible tokens are the real, unselected ones."""
+    selected = selected.to(input_ids.device) & attention_mask.bool()
+    if config.objective == "mlm":
+        masked_ids = input_ids.masked_fill(selected, config.mask_token_id)
+        labels = input_ids.masked_fill(~selected, -100)
+        return {"input_ids": masked_ids, "attention_mask": attention_mask, "labels": labels}
+    visible = (attention_mask.bool() & ~selected).unsqueeze(1)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "visible": visible}
+
+
+def shared_protocol_loss(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, ratio: float, generator: torch.Generator, config=None
+) -> tuple[torch.Tensor, int]:
+    """(sum of cross-entropies, number of selected tokens) of one batch under the shared protocol.
+
+    `config` defaults to `model.config` (pass it for a wrapped model); the objective decides how the
+    selection is put to the model. The caller divides summed sums by summed counts, never averages
+    per-batch means."""
+    config = config if config is not None else model.config
+    selected = protocol_selection(attention_mask, ratio, generator)
+    out = model(**protocol_batch(config, input_ids, attention_mask, selected))
+    return out.loss_sum, int(out.num_predicted)
+
+
+def protocol_selections(attention_mask: torch.Tensor, ratios=SHARED_LOSS_RATIOS) -> dict[float, torch.Tensor]:
+    """The selection of every ratio for a whole evaluation set (N, T), drawn at once: the masks do not
+    depend on the batch size, the number of processes, or which other ratios are evaluated."""
+    return {ratio: protocol_selection(attention_mask, ratio, protocol_generator()) for ratio in ratios}
+
+
+def shared_loss_sums(
+    model, config, input_ids: torch.Tensor, selections: dict[float, torch.Tensor], batch_size: int, device,
+    autocast=None, rows=None, attention_mask: torch.Tensor | None = None,
+) -> dict[float, tuple[float, int]]:
+    """(loss sum, count) per ratio over an evaluation set (N, T); `attention_mask` defaults to none
+    padded (packed pre-training sequences).
+
+    `rows(batch_rows) -> (lo, hi)` picks this process's share of each batch (DDP: the caller
+    all-reduces the sums); `autocast` is a context-manager factory (the run's precision)."""
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    totals = {ratio: [0.0, 0] for ratio in selections}
+    for start in range(0, len(input_ids), batch_size):
+        stop = min(start + batch_size, len(input_ids))
+        lo, hi = rows(stop - start) if rows is not None else (0, stop - start)
+        ids = input_ids[start + lo : start + hi].to(device)
+        mask = attention_mask[start + lo : start + hi].to(device)
+        for ratio, selected in selections.items():
+            batch = protocol_batch(config, ids, mask, selected[start + lo : start + hi])
+            with autocast() if autocast is not None else contextlib.nullcontext():
+                out = model(**batch)
+            totals[ratio][0] += float(out.loss_sum)
+            totals[ratio][1] += int(out.num_predicted)
+    return {ratio: (total, count) for ratio, (total, count) in totals.items()}
+
+
+def shared_loss_metrics(sums: dict[float, tuple[float, int]]) -> dict:
+    """Metric rows: `shared_loss_r15` = sum / count over the whole set, and its token count."""
+    metrics = {}
+    for ratio, (total, count) in sums.items():
+        metrics[SHARED_LOSS_KEYS[ratio]] = total / max(count, 1)
+        metrics[SHARED_TARGETS_KEYS[ratio]] = int(count)
+    return metrics
+
+
+def shared_losses_for_checkpoint(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    eval_sequences: int | None = None,
+    batch_size: int | None = None,
+    dtype: str = "fp32",
+    device: str = "cpu",
+) -> dict:
+    """The shared-protocol losses of an existing checkpoint folder (runs/<name>/checkpoints/step_N),
+    on the validation sequences of its run (data settings from the run's config.yaml; `overrides`
+    are key=value strings as on the command line, e.g. ["data.cache_dir=/elsewhere/cache"]).
+
+    The same numbers `Trainer.evaluate` records for runs trained since, given the same eval_sequences
+    and dtype; also scores runs trained before the protocol existed."""
+    from .args import load_config
+    from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
+    from .data import check_tokenizer_matches, prepare_data
+    from .hardware import torch_autocast_dtype
+    from .train import TrainConfig
+    from .utils import data_root, set_offline_env
+
+    set_offline_env()
+    if dtype not in ("fp32", "bf16"):
+        raise SharedLossError(f"shared-protocol field 'dtype': expected fp32 or bf16, got {dtype!r}")
+    path = Path(path)
+    config_file = path.parent.parent / "config.yaml"
+    if not config_file.is_file():
+        raise SharedLossError(
+            f"{config_file}: not found; expected a checkpoint folder runs/<name>/checkpoints/step_N of a training run"
+        )
+    cfg = load_config(TrainConfig, config_file, overrides or [])
+    # The checkpoint's own tokenizer, not `data.tokenizer: train` again: today's recipe may train
+    # another vocabulary of the same size, whose ids would silently mean other words to this model.
+    cfg.data.tokenizer = str(path)
+    if "data_root" in cfg.data.corpus:
+        cfg.data.data_root = str(data_root(cfg.data.data_root))
+    data = prepare_data(cfg.data)
+    model = pretraining_model_from_pretrained(path).to(device).eval()
+    check_tokenizer_matches(model.config, data.tokenizer, f"tokenizer of {config_file}")
+    n = min(eval_sequences if eval_sequences is not None else cfg.eval_sequences, len(data.val))
+    if n == 0:
+        raise SharedLossError(f"{config_file}: the run's validation split is empty (data.val_fraction): nothing to score")
+    ids = data.val.get(np.arange(n))
+    amp = torch_autocast_dtype(dtype)
+    with torch.no_grad():
+        sums = shared_loss_sums(
+            model, model.config, ids, protocol_selections(torch.ones_like(ids)), batch_size or cfg.batch_size,
+            torch.device(device),
+            autocast=lambda: torch.autocast(torch.device(device).type, dtype=amp or torch.float32, enabled=amp is not None),
+        )
+    step = read_trainer_state(path).get("step")
+    return {"checkpoint": str(path), "step": step, "eval_sequences": n, "dtype": dtype, **shared_loss_metrics(sums)}
