@@ -178,6 +178,14 @@ def _add_encoder_options(p: argparse.ArgumentParser, views: bool = True) -> None
                        help="CrossBERT only: features averaged over this many complementary views (the encoder sees each alone, as in training)")
 
 
+def _add_store_options(p: argparse.ArgumentParser) -> None:
+    """Where probe and geometry read data and write rows and features."""
+    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
+    p.add_argument("--cache", default="runs/features", help="feature cache folder (shared by probe, geometry and mteb)")
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
+    p.add_argument("--force", action="store_true", help="re-run units already in the results store")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
@@ -200,10 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
     _add_encoder_options(p)
-    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
-    p.add_argument("--cache", default="runs/features", help="feature cache folder")
-    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
-    p.add_argument("--force", action="store_true", help="re-run units already in the results store")
+    _add_store_options(p)
     p.set_defaults(func=_probe)
 
     p = sub.add_parser("geometry", help="geometry of a frozen encoder's features per layer (RankMe, anisotropy, uniformity, entropy)")
@@ -213,10 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", type=_poolings, default=None,
                    help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
     _add_encoder_options(p)
-    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
-    p.add_argument("--cache", default="runs/features", help="feature cache folder (shared with `crossbert probe`)")
-    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
-    p.add_argument("--force", action="store_true", help="re-run units already in the results store")
+    _add_store_options(p)
     p.set_defaults(func=_geometry)
 
     p = sub.add_parser("mteb", help="run mteb's own evaluators on a frozen encoder (local data by default)")

@@ -382,6 +382,19 @@ class FrozenEncoder:
             **({"views": self.views} if self.views > 1 else {}),
         }
 
+    @property
+    def feature_signature(self) -> dict:
+        """What, besides the weights, the texts, the layer and the pooling, makes features differ: part of
+        every feature-cache key and unit key. `views` appears only when used, so ordinary keys never change."""
+        return {"max_length": self.max_length, "dtype": self.identity["features_dtype"], **({"views": self.views} if self.views > 1 else {})}
+
+    def poolings_and_source(self, requested: list[str] | None) -> tuple[list[str], str]:
+        """The poolings to run and where they come from: the user's, else the model's own (its
+        sentence-transformers Pooling module, else mean), recorded in every row as `pooling_source`."""
+        if requested:
+            return list(requested), "user"
+        return [self.default_pooling], self.pooling_source
+
     def layer_indices(self, spec: str | int | list) -> list[int]:
         """'all' -> 0..N (0 = embeddings), 'last' -> N, '3' / '0,3,6' / [0, 3] -> those."""
         n = self.num_layers
@@ -499,9 +512,7 @@ class FeatureCache:
             "texts": digest,
             "layer": layer,
             "pooling": pooling,
-            "max_length": encoder.max_length,
-            "dtype": encoder.identity["features_dtype"],
-            **({"views": encoder.views} if encoder.views > 1 else {}),
+            **encoder.feature_signature,
         }
 
     def path(self, key: dict) -> Path:

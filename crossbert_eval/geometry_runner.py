@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from . import geometry as G
 from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
-from .probe import ProbeError, _choices_error
+from .probe import ProbeError, _choices_error, row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -70,16 +70,13 @@ class GeometryRunner:
         self.cache = FeatureCache(settings.cache_dir)
         self.missing: dict[str, str] = {}
         self.layers = encoder.layer_indices(settings.layers)
-        if settings.poolings:
-            self.poolings, self.pooling_source = list(settings.poolings), "user"
-        else:
-            self.poolings, self.pooling_source = [encoder.default_pooling], encoder.pooling_source
+        self.poolings, self.pooling_source = encoder.poolings_and_source(settings.poolings)
 
     def _unit(self, task: Task, split_name: str, split: Split, layer: int, pooling: str) -> str:
         return unit_key(
             model=self.encoder.fingerprint, task=task.name, split=split_name, probe=PROBE_NAME, layer=layer, pooling=pooling,
-            pair_mode=None, protocol=protocol_for(task), max_length=self.encoder.max_length,
-            dtype=self.encoder.identity["features_dtype"], data=texts_digest(split.texts, split.texts_pair),
+            pair_mode=None, protocol=protocol_for(task), data=texts_digest(split.texts, split.texts_pair),
+            **self.encoder.feature_signature,
         )  # fmt: skip
 
     def features(self, task: Task, split_name: str, split: Split, layers, poolings) -> dict:
@@ -116,17 +113,8 @@ class GeometryRunner:
         return rows
 
     def _rows(self, task: Task, split_name: str, layer: int, pooling: str, key: str, n: int, values: dict, seconds: float) -> list[dict]:
-        ident = self.encoder.identity
         base = {
-            **ident,
-            "task": task.name,
-            "family": task.family,
-            "split": split_name,
-            "probe": PROBE_NAME,
-            "layer": int(layer),
-            "relative_depth": layer / ident["num_layers"],
-            "pooling": pooling,
-            "pooling_source": self.pooling_source,
+            **row_base(self.encoder, task, split_name, PROBE_NAME, layer, pooling, self.pooling_source),
             "pair_mode": None,
             "n_eval": n,  # feature rows measured (2x the pairs for a pair task)
             "protocol": protocol_for(task),

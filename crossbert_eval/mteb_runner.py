@@ -379,8 +379,7 @@ def run_mteb(
     else:
         encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype, allow_pickle=allow_pickle)
     # recorded as the probe runner records it: "user", or where the model's own pooling came from
-    pooling_source = "user" if pooling else encoder.pooling_source
-    pooling = pooling or encoder.default_pooling
+    (pooling,), pooling_source = encoder.poolings_and_source([pooling] if pooling else None)
     (layer_index,) = encoder.layer_indices(layer)
     task_objects = resolve_mteb_tasks(tasks, benchmark, data_root)
     if not task_objects:
@@ -425,8 +424,7 @@ def result_rows(
         for split, subsets in task_result.scores.items():
             for scores in subsets:
                 key = unit_key(model=encoder.fingerprint, task=task_result.task_name, split=split, subset=scores["hf_subset"],
-                               probe="mteb", layer=layer, pooling=pooling, normalize=normalize, max_length=encoder.max_length,
-                               dtype=ident["features_dtype"])  # fmt: skip
+                               probe="mteb", layer=layer, pooling=pooling, normalize=normalize, **encoder.feature_signature)  # fmt: skip
                 base = {
                     **ident,
                     "task": task_result.task_name,

@@ -106,6 +106,22 @@ def _choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
     return ProbeError(f"{option}: expected one or more of {', '.join(allowed)} (comma-separated), got {got!r}")
 
 
+def row_base(encoder: FrozenEncoder, task: Task, split: str, probe: str, layer: int, pooling: str, pooling_source: str) -> dict:
+    """The fields every result row of one unit starts with (probe and geometry rows alike)."""
+    ident = encoder.identity
+    return {
+        **ident,
+        "task": task.name,
+        "family": task.family,
+        "split": split,
+        "probe": probe,
+        "layer": int(layer),
+        "relative_depth": layer / ident["num_layers"],
+        "pooling": pooling,
+        "pooling_source": pooling_source,
+    }
+
+
 def _metrics_for(task: Task, probe: str) -> list[str]:
     """Supervised probes on score tasks report pearson/spearman; the cosine probe cosine_*."""
     bare = [m.removeprefix("cosine_") for m in task.metrics]
@@ -121,11 +137,7 @@ class ProbeRunner:
         self.cache = FeatureCache(settings.cache_dir)
         settings.validate()  # again: fields may have been set after construction
         self.layers = encoder.layer_indices(settings.layers)
-        # No pooling given: the model's own (its sentence-transformers Pooling), recorded as such in each row.
-        if settings.poolings:
-            self.poolings, self.pooling_source = list(settings.poolings), "user"
-        else:
-            self.poolings, self.pooling_source = [encoder.default_pooling], encoder.pooling_source
+        self.poolings, self.pooling_source = encoder.poolings_and_source(settings.poolings)
 
     # -- units -------------------------------------------------------------------------------------
 
@@ -140,9 +152,7 @@ class ProbeRunner:
         protocol = {k: constants[k] for k in names[probe] if k in constants}
         return unit_key(
             model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
-            pair_mode=pair_mode, protocol=protocol, max_length=self.encoder.max_length,
-            dtype=self.encoder.identity["features_dtype"], data=self._data_digest(task, split, probe),
-            **({"views": self.encoder.views} if self.encoder.views > 1 else {}),  # absent for ordinary features: old keys hold
+            pair_mode=pair_mode, protocol=protocol, data=self._data_digest(task, split, probe), **self.encoder.feature_signature,
         )  # fmt: skip
 
     def _data_digest(self, task: Task, split: str, probe: str) -> str:
@@ -284,17 +294,8 @@ class ProbeRunner:
 
     def _rows(self, task, split_name, probe, layer, pooling, key, split, train, out, seconds) -> list[dict]:
         metrics = _metrics_for(task, probe)
-        ident = self.encoder.identity
         base = {
-            **ident,
-            "task": task.name,
-            "family": task.family,
-            "split": split_name,
-            "probe": probe,
-            "layer": int(layer),
-            "relative_depth": layer / ident["num_layers"],
-            "pooling": pooling,
-            "pooling_source": self.pooling_source,
+            **row_base(self.encoder, task, split_name, probe, layer, pooling, self.pooling_source),
             "pair_mode": self.s.pair_mode if (task.is_pair and probe != "cosine") else None,
             "seed": self.s.seed,
             "n_train": len(train) if train is not None else 0,

@@ -248,10 +248,12 @@ def test_probe_settings_are_checked_with_the_option_named(option, message):
 
 
 def test_pooling_defaults_to_the_model_and_records_its_source(tmp_path):
+    from crossbert_eval.encoders import FrozenEncoder
     from crossbert_eval.probe import ProbeRunner
 
     class Stub:  # what ProbeRunner reads of an encoder before any work
         default_pooling, pooling_source = "cls", "sentence-transformers:1_Pooling/config.json"
+        poolings_and_source = FrozenEncoder.poolings_and_source
 
         def layer_indices(self, spec):
             return [6]
