@@ -30,7 +30,7 @@ reference:
 	mkdir -p results/cpu_small
 	cd $(RUNS)/sweeps/cpu_small && cp -r tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/cpu_small/
 
-# The test suite CI runs: everything but the `slow` tier (about 2 minutes on a 2-core EPYC, 282 tests).
+# The test suite CI runs: everything but the `slow` tier (about 2 minutes on a 2-core EPYC, 281 tests).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup

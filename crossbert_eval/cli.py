@@ -79,8 +79,7 @@ def _poolings(value: str) -> list[str]:
 
 def _encoder_options(args: argparse.Namespace) -> dict:
     """How `crossbert probe` / `geometry` load the model (FrozenEncoder.load's options)."""
-    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle,
-            "views": args.views}  # fmt: skip
+    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle}
 
 
 def _resolved_root(args: argparse.Namespace) -> str:
@@ -166,16 +165,13 @@ def _tasks(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-def _add_encoder_options(p: argparse.ArgumentParser, views: bool = True) -> None:
+def _add_encoder_options(p: argparse.ArgumentParser) -> None:
     """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb."""
     p.add_argument("--max-length", type=_positive_int, default=128)
     p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
                    help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
     p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
-    if views:
-        p.add_argument("--views", type=_positive_int, default=1,
-                       help="CrossBERT only: features averaged over this many complementary views (the encoder sees each alone, as in training)")
 
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
@@ -231,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
-    _add_encoder_options(p, views=False)
+    _add_encoder_options(p)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_mteb)

@@ -27,7 +27,6 @@ from tqdm.auto import tqdm
 import crossbert_model  # noqa: F401  (registers the crossbert model type with AutoModel)
 from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
-from crossbert_model.masking import complementary_views, pack_positions
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
 from crossbert_model.errors import CrossbertError
@@ -35,7 +34,6 @@ from crossbert_model.errors import CrossbertError
 log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "max")
-VIEW_SEED = 0  # the complementary views of `--views` probing are drawn from this seed
 DTYPES = ("fp32", "bf16", "auto")
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
@@ -302,9 +300,8 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
 
 class FrozenEncoder:
     def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp,
-                 max_batch_tokens: int, views: int = 1):  # fmt: skip
+                 max_batch_tokens: int):  # fmt: skip
         self.source, self.model, self.tokenizer = source, model, tokenizer
-        self.views = views  # > 1: CrossBERT features averaged over complementary views (encode)
         self.max_length, self.batch_size, self.device, self.amp = max_length, batch_size, device, amp
         self.max_batch_tokens = max_batch_tokens
         self.num_layers = model.config.num_hidden_layers  # transformer blocks; hidden states = num_layers + 1
@@ -313,11 +310,10 @@ class FrozenEncoder:
     @classmethod
     def load(
         cls, spec: str, *, max_length: int = 128, batch_size: int = 256, dtype: str = "fp32", device: str | None = None,
-        max_batch_tokens: int = 8192, allow_pickle: bool = False, views: int = 1,
+        max_batch_tokens: int = 8192, allow_pickle: bool = False,
     ):  # fmt: skip
         """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
-        bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors.
-        `views` > 1 (CrossBERT only): features averaged over that many complementary views (see encode)."""
+        bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors."""
         from transformers import AutoModel, AutoTokenizer
 
         if dtype not in DTYPES:  # before any loading: a typo should not cost a model load
@@ -337,12 +333,10 @@ class FrozenEncoder:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
-        if not isinstance(views, int) or views < 1 or (views > 1 and source.kind != "crossbert"):
-            raise EncoderError(f"--views {views!r}: expected 1, or for a CrossBERT checkpoint a number of complementary views >= 2")
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
         return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
-                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens, views=views)  # fmt: skip
+                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens)  # fmt: skip
 
     @property
     def default_pooling(self) -> str:
@@ -378,15 +372,13 @@ class FrozenEncoder:
             "num_layers": self.num_layers,
             "max_length": self.max_length,
             "features_dtype": "bfloat16" if self.amp else "float32",
-            # only when used, so that the keys of ordinary (full-sequence) features never change
-            **({"views": self.views} if self.views > 1 else {}),
         }
 
     @property
     def feature_signature(self) -> dict:
         """What, besides the weights, the texts, the layer and the pooling, makes features differ: part of
-        every feature-cache key and unit key. `views` appears only when used, so ordinary keys never change."""
-        return {"max_length": self.max_length, "dtype": self.identity["features_dtype"], **({"views": self.views} if self.views > 1 else {})}
+        every feature-cache key and unit key."""
+        return {"max_length": self.max_length, "dtype": self.identity["features_dtype"]}
 
     def poolings_and_source(self, requested: list[str] | None) -> tuple[list[str], str]:
         """The poolings to run and where they come from: the user's, else the model's own (its
@@ -437,9 +429,6 @@ class FrozenEncoder:
         d = self.model.config.hidden_size
         out = {(l, p): np.empty((len(ids), d), dtype=np.float32) for l in layers for p in poolings}
         pad = self.tokenizer.pad_token_id or 0
-        if self.views > 1 and "cls" in poolings:
-            raise EncoderError(f"--views {self.views}: cls pooling has no meaning over views (the [CLS] token is in one view only); use mean or max")
-        generator = torch.Generator().manual_seed(VIEW_SEED)  # the same views for every run of the same texts
         bar = tqdm(total=len(ids), desc=desc, unit="seq", disable=None, leave=False)
         for rows in self._batches(order, [len(x) for x in ids]):
             width = max(len(ids[i]) for i in rows)
@@ -456,37 +445,15 @@ class FrozenEncoder:
             if token_types is not None and self.source.kind != "crossbert":
                 inputs["token_type_ids"] = token_types.to(self.device)
             with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-                if self.views > 1:
-                    pooled = self._pooled_over_views(inputs, layers, poolings, generator)
-                else:
-                    hidden = self.model(**inputs, output_hidden_states=True).hidden_states
-                    mask = inputs["attention_mask"]
-                    pooled = {(l, p): pool(hidden[l].float(), mask, p) for l in layers for p in poolings}
-            for key, value in pooled.items():
-                out[key][rows] = value.cpu().numpy()
+                hidden = self.model(**inputs, output_hidden_states=True).hidden_states
+            mask = inputs["attention_mask"]
+            for l in layers:
+                h = hidden[l].float()
+                for p in poolings:
+                    out[(l, p)][rows] = pool(h, mask, p).cpu().numpy()
             bar.update(len(rows))
         bar.close()
         return out
-
-
-    def _pooled_over_views(self, inputs: dict, layers: list[int], poolings: list[str], generator) -> dict:
-        """CrossBERT's encoder was trained on visible subsets only. Here each sequence is split as in
-        training (the Complementary Masking Strategy: `views` disjoint random groups of its tokens);
-        the encoder runs on each group alone, at the tokens' original positions, and the pooled features
-        of the views are averaged."""
-        attention = inputs["attention_mask"]
-        visible = complementary_views(attention.cpu(), self.views, generator).to(attention.device)  # (B, K, T)
-        total = {(l, p): 0.0 for l in layers for p in poolings}
-        used = torch.zeros(len(attention), 1, device=attention.device)
-        for k in range(self.views):
-            positions, valid = pack_positions(visible[:, k])
-            ids = torch.gather(inputs["input_ids"], 1, positions)
-            hidden = self.model(ids, attention_mask=valid.long(), position_ids=positions, output_hidden_states=True).hidden_states
-            present = valid.any(dim=1, keepdim=True).float()  # a sequence shorter than K leaves some views empty
-            used += present
-            for l, p in total:
-                total[(l, p)] = total[(l, p)] + pool(hidden[l].float(), valid, p).nan_to_num(0.0, 0.0, 0.0) * present
-        return {key: value / used.clamp(min=1) for key, value in total.items()}
 
 
 def texts_digest(texts: list[str], texts_pair: list[str] | None) -> str:

@@ -154,7 +154,7 @@ def geometry_table(df: pd.DataFrame) -> str:
 
 
 def geometry_model(model: str, settings: GeometrySettings, **encoder_options) -> GeometryRunner:
-    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle, views)."""
+    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle)."""
     settings.validate()
     tasks = resolve_tasks(settings.tasks)
     encoder = FrozenEncoder.load(model, **encoder_options)

@@ -348,7 +348,7 @@ def summary_table(df: pd.DataFrame) -> str:
 
 
 def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> ProbeRunner:
-    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle, views)."""
+    """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle)."""
     settings.validate()  # a wrong option or a broken task file should not cost a model load
     tasks = resolve_tasks(settings.tasks)
     encoder = FrozenEncoder.load(model, **encoder_options)
