@@ -18,7 +18,7 @@ import torch
 from .config import cms_num_views
 
 
-def _random_ranks(attention_mask: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def random_ranks(attention_mask: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """A uniformly random order of each row's real tokens: rank 0..n-1 on real tokens, >= n on padding."""
     noise = torch.rand(attention_mask.shape, generator=generator, device=attention_mask.device)
     noise = noise.masked_fill(~attention_mask.bool(), 2.0)  # padding sorts last
@@ -46,7 +46,7 @@ def mlm_masking(
     real = attention_mask.bool()
     n_real = real.sum(dim=1, keepdim=True)
     n_select = torch.clamp(torch.round(n_real * mask_ratio), min=1).to(n_real.dtype)
-    selected = (_random_ranks(real, generator) < n_select) & real
+    selected = (random_ranks(real, generator) < n_select) & real
 
     action = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
     to_mask = selected & (action < mask_prob)
@@ -68,7 +68,7 @@ def complementary_views(
     Returns a bool tensor (B, K, T): visible[b, k, t]. Over k, every real token is visible exactly once.
     """
     real = attention_mask.bool()
-    group = _random_ranks(real, generator) % num_views  # consecutive ranks go round-robin over views
+    group = random_ranks(real, generator) % num_views  # consecutive ranks go round-robin over views
     views = torch.arange(num_views, device=real.device).view(1, num_views, 1)
     return (group.unsqueeze(1) == views) & real.unsqueeze(1)
 
@@ -81,7 +81,7 @@ def random_views(attention_mask: torch.Tensor, mask_ratio: float, generator: tor
     real = attention_mask.bool()
     n_real = real.sum(dim=1, keepdim=True)
     n_visible = torch.clamp(torch.round(n_real * (1.0 - mask_ratio)), min=1).to(n_real.dtype)
-    return ((_random_ranks(real, generator) < n_visible) & real).unsqueeze(1)
+    return ((random_ranks(real, generator) < n_visible) & real).unsqueeze(1)
 
 
 def crossbert_views(

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .errors import CrossbertError
-from .masking import _random_ranks
+from .masking import random_ranks
 
 # The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
 # gives K = 2 exact complements), so each objective is also scored at the other's working point.
@@ -65,7 +65,7 @@ def protocol_selection(attention_mask: torch.Tensor, ratio: float, generator: to
     # in float64, as Python's round(ratio * n): float32's ratio can land on the other side of an x.5
     n_select = torch.round(n_real.double() * ratio).long()
     n_select = torch.minimum(n_select, (n_real - 1).clamp(min=0))
-    return (_random_ranks(real, generator) < n_select) & real
+    return (random_ranks(real, generator) < n_select) & real
 
 
 def protocol_batch(config, input_ids: torch.Tensor, attention_mask: torch.Tensor, selected: torch.Tensor) -> dict:
