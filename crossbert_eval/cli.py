@@ -7,7 +7,8 @@
     crossbert tasks                            the task files and whether their data is present
     crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online)
     crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
-    crossbert report SWEEP_DIR                 rebuild a sweep's tables, plots and report
+    crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
+    crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
 """
 
 from __future__ import annotations
@@ -149,10 +150,19 @@ def _sweep(args: argparse.Namespace) -> None:
     print(f"report: {root / 'report.md'}")
 
 
+def _zoo(args: argparse.Namespace) -> None:
+    from crossbert_model.args import load_config
+    from crossbert_eval.zoo import ZooConfig, run_zoo
+
+    root = run_zoo(load_config(ZooConfig, args.config, args.overrides))
+    print(f"report: {root / 'report.md'}")
+
+
 def _report(args: argparse.Namespace) -> None:
     from crossbert_eval.report import build_report
+    from crossbert_eval.zoo import build_zoo_report, is_zoo
 
-    report = build_report(args.sweep_dir)
+    report = build_zoo_report(args.sweep_dir) if is_zoo(args.sweep_dir) else build_report(args.sweep_dir)
     print(f"report: {report}" if report else f"{args.sweep_dir}: no scores yet; nothing written")
 
 
@@ -237,7 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. budget_tokens=500000 sizes=[nano,tiny]")
     p.set_defaults(func=_sweep)
 
-    p = sub.add_parser("report", help="rebuild tables, plots and report of a sweep folder")
+    p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")
+    p.add_argument("config", help="YAML zoo config (see configs/zoo/)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. name=my_zoo max_probe_train=2000")
+    p.set_defaults(func=_zoo)
+
+    p = sub.add_parser("report", help="rebuild tables, plots and report of a sweep (or zoo) folder")
     p.add_argument("sweep_dir")
     p.set_defaults(func=_report)
 

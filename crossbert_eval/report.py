@@ -3,7 +3,7 @@
 Everything here is rebuilt from the files a sweep writes, so it can be re-run at any time:
     checkpoints.jsonl   one row per probed checkpoint: objective, size, step, params, tokens, FLOPs, val loss
     results/results.jsonl   every probe / mteb score row
-Outputs: tables/{scores,summary,summary_by_size,comparisons,geometry}.{csv,parquet}, plots/*.{png,svg},
+Outputs: tables/{scores,summary,summary_by_size,comparisons,geometry,sample_efficiency}.{csv,parquet}, plots/*.{png,svg},
 report.md, report.html. Every plot draws error bars over seeds (the rule: seed_bands) and says which in
 its title and caption; `comparisons` says which differences the report makes are larger than that noise.
 """
@@ -47,8 +47,13 @@ def result_rows(root: Path) -> list[dict]:
     return [normalise_row(r) for r in read_jsonl(_results_path(root))]
 
 
+def load_checkpoints(root: Path) -> pd.DataFrame:
+    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params)."""
+    return pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+
+
 def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
-    checkpoints = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+    checkpoints = load_checkpoints(root)
     results = pd.DataFrame(result_rows(root) if rows is None else rows)
     if checkpoints.empty or results.empty:
         return pd.DataFrame()
@@ -72,7 +77,7 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
 
 def load_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     """Geometry rows (probe="geometry") joined with their checkpoints; `score` is the raw metric value."""
-    checkpoints = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+    checkpoints = load_checkpoints(root)
     results = pd.DataFrame(result_rows(root) if rows is None else rows)
     if checkpoints.empty or results.empty or "probe" not in results.columns:
         return pd.DataFrame()
@@ -263,7 +268,9 @@ def noise_paragraph(table: pd.DataFrame) -> str:
 # Plots
 # ------------------------------------------------------------------------------------------------
 
-COLORS = {"mlm": "#d62728", "crossbert": "#1f77b4", "crossbert_nocms": "#2ca02c"}
+# Reds for flat MLM, blue / green for CrossBERT with / without CMS (the objective names of configs/sweep/*.yaml).
+COLORS = {"mlm": "#d62728", "mlm15": "#d62728", "mlm50_pure": "#ff7f0e", "crossbert": "#1f77b4", "crossbert_cms": "#1f77b4",
+          "crossbert_nocms": "#2ca02c"}  # fmt: skip
 
 
 def _color(objective: str) -> str:
@@ -392,7 +399,8 @@ SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("-
 
 
 def _panel_grid(
-    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str = "score (%)"
+    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str = "score (%)",
+    log_x: bool = False,
 ) -> list[Path]:  # fmt: skip
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
     marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title."""
@@ -415,7 +423,9 @@ def _panel_grid(
             style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
             ax.errorbar(line[x], line["mean"], yerr=_yerr(line), ls=style, marker=marker, ms=4, capsize=2, color=_color(objective),
                         label=f"{objective} {size}")  # fmt: skip
-        what = f" ({sub['metric'].iloc[0]})" if panel[1] != "metric" else ""
+        if log_x:
+            _log_x(ax)
+        what = f" ({sub['metric'].iloc[0]})" if panel[1] != "metric" and "metric" in sub else ""
         ax.set_title(f"{first} - {second}{what}", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -438,10 +448,103 @@ def plot_layerwise(scores: pd.DataFrame, out: Path) -> list[Path]:
                        "Layer-wise frozen probe score (final checkpoints)", out, "layerwise")  # fmt: skip
 
 
+# The two x axes of every along-training plot: sample efficiency (corpus tokens) and compute (FLOPs).
+TRAINING_AXES = {
+    "corpus_tokens": ("training tokens (corpus tokens read)", "", False),
+    "train_flops": ("training FLOPs (log scale)", "_flops", True),
+}
+
+
+def _along_training(df: pd.DataFrame) -> bool:
+    """Whether some run has two or more checkpoints: a curve to draw against tokens or FLOPs."""
+    return len(df) > 0 and df.groupby(["objective", "size", "seed"])["step"].nunique().max() >= 2
+
+
 def plot_training(scores: pd.DataFrame, out: Path) -> list[Path]:
     last = _headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
-    return _panel_grid(last, "corpus_tokens", "training tokens (corpus tokens read)",
-                       "Frozen probe score along training (last layer)", out, "training")  # fmt: skip
+    if not _along_training(last):
+        return []
+    paths = []
+    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
+        paths += _panel_grid(last, x, xlabel, "Frozen probe score along training (last layer)", out, f"training{suffix}", log_x=log_x)
+    return paths
+
+
+def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """checkpoints.jsonl in long form, one row per (checkpoint, loss): native and shared-protocol losses."""
+    if checkpoints.empty:
+        return pd.DataFrame()
+    present = [c for c in LOSS_COLUMNS if c in checkpoints.columns]
+    ids = ["objective", "size", "seed", "step", "params_non_embedding", *TRAINING_AXES]
+    long = checkpoints.drop_duplicates(["run", "step"]).melt(id_vars=ids, value_vars=present, var_name="loss", value_name="score")
+    long = long.dropna(subset=["score"]).assign(protocol=lambda d: np.where(d["loss"] == "val_loss", "native (not comparable across objectives)", "shared protocol"))
+    return long
+
+
+def plot_losses(checkpoints: pd.DataFrame, out: Path) -> list[Path]:
+    """Native and shared-protocol masked-token losses against tokens and against FLOPs."""
+    curves = loss_curves(checkpoints)
+    if not _along_training(curves):
+        return []
+    paths = []
+    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
+        paths += _panel_grid(curves, x, xlabel, "Masked-token loss along training (compare objectives by the shared protocol)", out,
+                             f"losses{suffix}", panel=("loss", "protocol"), ylabel="cross-entropy (nats)", log_x=log_x)  # fmt: skip
+    return paths
+
+
+def _budget_to_reach(curve: pd.DataFrame, x: str, target: float) -> tuple[float, str]:
+    """(x, note): the x (tokens or FLOPs) at which a loss curve first reaches `target`, interpolated linearly
+    in log x between the two checkpoints around it. Never extrapolated: NaN with the note "below the first
+    checkpoint" (reached before it: less than its x) or "not reached" (more than the last x)."""
+    curve = curve.sort_values(x)
+    xs, ys = curve[x].to_numpy(float), curve["score"].to_numpy(float)
+    if ys[0] <= target:
+        return (float(xs[0]), "") if ys[0] == target else (np.nan, "below the first checkpoint")
+    for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]):
+        if y1 <= target < y0:
+            t = (y0 - target) / (y0 - y1)
+            return float(np.exp(np.log(x0) + t * (np.log(x1) - np.log(x0)))), ""
+    return np.nan, "not reached"
+
+
+def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50) -> pd.DataFrame:
+    """How many corpus tokens (and FLOPs) each objective needs to reach each reference objective's
+    shared-protocol loss at the reference's final checkpoint, per size, on seed-mean curves. ratio > 1:
+    the objective needs that many times the reference's tokens (the paper's "2x sample efficiency" of CMS
+    is tokens_ratio = 2 for CrossBERT without CMS against CrossBERT with it)."""
+    curves = loss_curves(checkpoints)
+    if curves.empty or loss not in set(curves["loss"]):
+        return pd.DataFrame()
+    curves = curves[curves["loss"] == loss]
+    mean = curves.groupby(["objective", "size", "step", *TRAINING_AXES], as_index=False)["score"].mean()
+    rows = []
+    for size, by_size in mean.groupby("size"):
+        objectives = sorted(by_size["objective"].unique())
+        for reference in objectives:
+            ref = by_size[by_size["objective"] == reference].sort_values("corpus_tokens").iloc[-1]
+            for other in objectives:
+                if other == reference:
+                    continue
+                curve = by_size[by_size["objective"] == other]
+                need = {x: _budget_to_reach(curve, x, ref["score"]) for x in TRAINING_AXES}
+                rows.append({"size": size, "reference": reference, "objective": other, "loss": loss, "target": ref["score"],
+                             "reference_tokens": ref["corpus_tokens"], "tokens_needed": need["corpus_tokens"][0],
+                             "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
+                             "flops_ratio": need["train_flops"][0] / ref["train_flops"], "note": need["corpus_tokens"][1]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def plot_geometry_training(geo: pd.DataFrame, out: Path) -> list[Path]:
+    """Each geometry metric of the last layer along training, against tokens and against FLOPs."""
+    last = geo[geo["is_last_layer"]] if len(geo) else geo
+    if not _along_training(last):
+        return []
+    paths = []
+    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
+        paths += _panel_grid(last, x, xlabel, "Last-layer representation geometry along training", out, f"geometry_training{suffix}",
+                             panel=("task", "metric"), ylabel="metric value", log_x=log_x)  # fmt: skip
+    return paths
 
 
 def plot_geometry_depth(geo: pd.DataFrame, out: Path) -> list[Path]:
@@ -529,14 +632,15 @@ def build_report(root: Path) -> Path | None:
     summary = summarise(scores)
     sizes = by_size(summary)
     geo = load_geometry(root, rows)
-    extras = {"comparisons": comparisons(scores), "geometry": geometry_table(geo)}
+    extras = {"comparisons": comparisons(scores), "geometry": geometry_table(geo), "sample_efficiency": sample_efficiency(load_checkpoints(root))}
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
     plots_dir = root / "plots"
     CAPTIONS.clear()
     plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir) + plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir)
-    plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir)
+    plots += plot_losses(load_checkpoints(root), plots_dir)
+    plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir) + plot_geometry_training(geo, plots_dir)
     md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"], duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md))
@@ -589,6 +693,7 @@ def render_markdown(
     layer_best = _layer_best(scores)
     compared = extras.get("comparisons", pd.DataFrame())
     geometry = extras.get("geometry", pd.DataFrame())
+    efficiency = extras.get("sample_efficiency", pd.DataFrame())
     parts = [
         f"# Sweep report: {root.name}",
         "",
@@ -620,6 +725,11 @@ def render_markdown(
         "",
         _markdown_table(compared),
         "",
+        *(["## Sample efficiency (shared-protocol loss)", "",
+           "Corpus tokens each objective needs to reach the reference objective's final shared-protocol loss "
+           "(seed means, interpolated in log tokens between checkpoints, never extrapolated: `note` says when the target "
+           "lies below the first checkpoint or was not reached). `flops_ratio` is the same in training FLOPs.", "", _markdown_table(efficiency, floatfmt="{:.3f}"), ""]
+          if len(efficiency) else []),  # fmt: skip
         *(["## Representation geometry (final checkpoints, last layer)", "",
            "Mean and std over seeds of each metric of crossbert_eval.geometry on the tasks' evaluation texts "
            "(pair tasks: both sentences, each encoded alone).", "", _markdown_table(geometry, floatfmt="{:.4f}"), ""]

@@ -6,7 +6,7 @@
 Order: runs are sorted by training cost, and each run is probed (final checkpoint first, then the
 earlier ones) as soon as it is trained, so partial results are useful early. Everything is resumable:
 a run's training resumes from its latest checkpoint, probe and mteb units already in the results
-store are skipped, and tables / plots / report are rebuilt from the store after every run.
+store are skipped, and tables / plots / report are rebuilt from the store as runs finish (every report_every_s) and at the end.
 Under torchrun all ranks train; rank 0 alone probes, after the last run is trained.
 """
 
@@ -17,13 +17,11 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, deep_merge, dump_yaml, from_dict, load_config
-from crossbert_model.errors import debug_requested, exit_on_user_error
+from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.config import parameter_counts, training_flops_per_token
@@ -39,6 +37,8 @@ class ObjectiveSpec:
     objective: str  # mlm | crossbert
     mask_ratio: float | None = None
     complementary_masking: bool = True
+    # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
+    model: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +68,9 @@ class SweepConfig:
     mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
     mteb_layers: str = "last"
     batch_size: int = 128  # encoding
+    # Tables, plots and report are rebuilt after a run once this many seconds have passed since the last
+    # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
+    report_every_s: float = 300.0
     data_root: str | None = None
 
     @property
@@ -104,7 +107,7 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
                 data = deep_merge(data, {
                     "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
                     "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
-                              "complementary_masking": obj.complementary_masking},
+                              "complementary_masking": obj.complementary_masking, **obj.model},
                 })  # fmt: skip
                 if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
                     data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
@@ -241,12 +244,15 @@ class Sweep:
     def run(self) -> Path:
         self.write_manifest()
         distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        last_report = time.monotonic()
         for i, run in enumerate(self.runs, 1):
             log.info("sweep %s: run %d/%d %s", self.cfg.name, i, len(self.runs), run.key)
             self.train_run(run)
             if not distributed:
                 self.probe_run(run)
-                self.report()
+                if i == len(self.runs) or time.monotonic() - last_report >= self.cfg.report_every_s:
+                    self.report()
+                    last_report = time.monotonic()
         if distributed:
             if self.rank:
                 return self.root
@@ -265,14 +271,7 @@ def run_sweep(cfg: SweepConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """torchrun entry point (`crossbert sweep` is the same for one process)."""
-    argv = sys.argv[1:] if argv is None else argv
-    debug = debug_requested(argv)
-    argv = [a for a in argv if a != "--debug"]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    path, overrides = (argv[0], argv[1:]) if argv and "=" not in argv[0] else (None, argv)
-    with exit_on_user_error("crossbert_eval.sweep", debug):
-        run_sweep(load_config(SweepConfig, path, overrides))
-
+    config_main("crossbert_eval.sweep", SweepConfig, run_sweep, argv)
 
 if __name__ == "__main__":
     main()

@@ -172,3 +172,20 @@ def diff_dicts(a: dict, b: dict, prefix: str = "") -> list[tuple[str, Any, Any]]
         elif va != vb:
             out.append((key, va, vb))
     return out
+
+
+def config_main(prog: str, cls: type[T], run, argv: list[str] | None = None) -> None:
+    """`python -m MODULE [CONFIG] [key=value ...] [--debug]`: load the typed config and call `run` on it,
+    a user's mistake as one line and exit 2 (crossbert_model.errors). The entry point of torchrun launches."""
+    import logging
+    import sys
+
+    from .errors import debug_requested, exit_on_user_error
+
+    argv = sys.argv[1:] if argv is None else argv
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != "--debug"]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    path, overrides = (argv[0], argv[1:]) if argv and "=" not in argv[0] else (None, argv)
+    with exit_on_user_error(prog, debug):
+        run(load_config(cls, path, overrides))

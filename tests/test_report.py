@@ -67,7 +67,7 @@ def test_report_averages_over_seeds_with_their_spread(sweep_root):
 
 def test_report_writes_every_plot_and_both_pages(sweep_root):
     report = build_report(sweep_root)
-    for name in ("collapse", "loss_vs_probe", "layerwise", "training"):
+    for name in ("collapse", "loss_vs_probe", "layerwise", "training", "training_flops", "losses", "losses_flops"):
         for ext in ("png", "svg"):
             assert (sweep_root / "plots" / f"{name}.{ext}").stat().st_size > 1000, name
     md = report.read_text()
@@ -238,3 +238,36 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
     for name in ("geometry_depth", "geometry_size"):
         assert (sweep_root / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in md
     assert "## Representation geometry" in md
+
+
+def _loss_curve(objective: str, tokens_per_nat: float, seed: int = 0) -> list[dict]:
+    """Checkpoints at 1M, 2M, 4M tokens whose shared loss falls one nat per doubling of tokens / tokens_per_nat:
+    loss = 8 - log2(tokens / tokens_per_nat), so an objective with twice the tokens_per_nat needs twice the tokens."""
+    return [{"run": f"{objective}-tiny-s{seed}", "objective": objective, "size": "tiny", "seed": seed, "step": t, "total_steps": 4,
+             "corpus_tokens": t * 1_000_000, "train_flops": t * 1_000_000 * 6.0, "params_non_embedding": 1, "val_loss": 1.0,
+             "shared_loss_r50": 8 - np.log2(t * 1_000_000 / tokens_per_nat)} for t in (1, 2, 4)]  # fmt: skip
+
+
+def test_sample_efficiency_is_the_token_ratio_at_equal_shared_loss():
+    from crossbert_eval.report import sample_efficiency
+
+    # crossbert_nocms needs exactly 2x the tokens of crossbert_cms for any loss: its curve is the same, shifted one doubling.
+    rows = pd.DataFrame(_loss_curve("crossbert_cms", 1.0) + _loss_curve("crossbert_nocms", 2.0))
+    table = sample_efficiency(rows).set_index(["reference", "objective"])
+    # CMS's final loss (at 4M) is reached by no-CMS only at 8M: past its last checkpoint, so not reached, never extrapolated
+    assert np.isnan(table.loc[("crossbert_cms", "crossbert_nocms"), "tokens_ratio"])
+    assert table.loc[("crossbert_cms", "crossbert_nocms"), "note"] == "not reached"
+    # no-CMS's final loss (at 4M) is CMS's loss at 2M: CMS needs half the tokens, and half the FLOPs here
+    assert table.loc[("crossbert_nocms", "crossbert_cms"), "tokens_ratio"] == pytest.approx(0.5)
+    assert table.loc[("crossbert_nocms", "crossbert_cms"), "flops_ratio"] == pytest.approx(0.5)
+    # a 1.5x shift lands between checkpoints: log-linear interpolation recovers it exactly on these curves
+    rows = pd.DataFrame(_loss_curve("a", 1.0) + _loss_curve("b", 1.5))
+    assert sample_efficiency(rows).set_index(["reference", "objective"]).loc[("b", "a"), "tokens_ratio"] == pytest.approx(1 / 1.5)
+
+
+def test_sample_efficiency_averages_seeds_before_comparing():
+    from crossbert_eval.report import sample_efficiency
+
+    seeds = _loss_curve("a", 1.0, seed=0) + _loss_curve("a", 4.0, seed=1)  # seed mean: shifted by a factor 2
+    rows = pd.DataFrame(seeds + _loss_curve("b", 4.0))
+    assert sample_efficiency(rows).set_index(["reference", "objective"]).loc[("b", "a"), "tokens_ratio"] == pytest.approx(0.5)

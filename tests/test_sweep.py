@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crossbert_model.args import dump_yaml, load_config
+from crossbert_model.args import ConfigError, dump_yaml, load_config
 from crossbert_eval.sweep import SweepConfig, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,16 +88,16 @@ def test_killed_sweep_resumes_to_the_tables_of_an_uninterrupted_one(tmp_path, co
 def test_plans_give_every_run_the_same_token_budget_cheapest_first():
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
     runs = plan_runs(cfg)
-    assert len(runs) == 6 and {r.size for r in runs} == {"nano", "tiny", "mini"}
+    assert len(runs) == 12 and {r.size for r in runs} == {"nano", "tiny"} and {r.seed for r in runs} == {0, 1, 2}
     assert len({r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs}) == 1
-    assert runs[0].size == "nano" and runs[-1].size == "mini"
+    assert runs[0].size == "nano" and runs[-1].key.startswith("crossbert-tiny")
     assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
 
 
 def test_compute_budget_gives_bigger_models_fewer_tokens():
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14"])
     tokens = {(r.objective.name, r.size): r.train.steps for r in plan_runs(cfg)}
-    assert tokens[("mlm", "nano")] > tokens[("mlm", "tiny")] > tokens[("mlm", "mini")]
+    assert tokens[("mlm", "nano")] > tokens[("mlm", "tiny")] and tokens[("crossbert", "tiny")] < tokens[("mlm", "tiny")]
 
 
 @pytest.mark.parametrize("config", sorted((REPO / "configs/sweep").glob("*.yaml")), ids=lambda p: p.stem)
@@ -106,11 +106,13 @@ def test_every_sweep_config_resolves(config):
 
 
 def test_overrides_reach_into_the_free_form_train_section():
-    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["train.data.cache_dir=/tmp/x", "train.optim.lr=3e-4"])
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml",
+                      ["train.data.cache_dir=/tmp/x", "train.optim.lr=3e-4", "size_overrides={tiny: {optim: {lr: 7.0e-4}}}"])  # fmt: skip
     assert cfg.train["data"]["cache_dir"] == "/tmp/x" and cfg.train["data"]["seq_len"] == 128
     runs = plan_runs(cfg)
     assert {r.train.data.cache_dir for r in runs} == {"/tmp/x"}
-    assert {r.train.optim.lr for r in runs if r.size != "mini"} == {3e-4}  # size_overrides still win for mini
+    assert {r.train.optim.lr for r in runs if r.size == "nano"} == {3e-4}
+    assert {r.train.optim.lr for r in runs if r.size == "tiny"} == {7e-4}  # size_overrides win over the shared section
 
 
 class _TokenizerOfSize:
@@ -161,3 +163,31 @@ def test_the_sweep_data_root_reaches_every_run(tmp_path):
     assert {r.train.data.data_root for r in plan_runs(cfg)} == {str(tmp_path)}
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
     assert {r.train.data.data_root for r in plan_runs(cfg)} == {None}  # no sweep data_root: the runs' own lookup
+
+
+def test_an_objective_carries_its_own_model_options(tmp_path):
+    """The study's pure-mask MLM: mlm_mask_prob / mlm_random_prob reach that objective's runs only."""
+    objectives = ('[{name: mlm15, objective: mlm, mask_ratio: 0.15}, '
+                  '{name: mlm50_pure, objective: mlm, mask_ratio: 0.5, model: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}}]')
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"objectives={objectives}"])
+    corruption = {r.objective.name: (r.train.model.mask_ratio, r.train.model.mlm_mask_prob, r.train.model.mlm_random_prob)
+                  for r in plan_runs(cfg)}  # fmt: skip
+    assert corruption == {"mlm15": (0.15, 0.8, 0.1), "mlm50_pure": (0.5, 1.0, 0.0)}
+    bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml",
+                      ["objectives=[{name: x, objective: mlm, model: {mlm_mask_prb: 1.0}}]"])  # fmt: skip
+    with pytest.raises(ConfigError, match="mlm_mask_prb"):
+        plan_runs(bad)
+
+
+@pytest.mark.parametrize("every_s, reports", [(0.0, 12), (3600.0, 1)])
+def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path, monkeypatch, every_s, reports):
+    from crossbert_eval.sweep import Sweep
+
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", f"report_every_s={every_s}"])
+    sweep, calls = Sweep(cfg), []
+    monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
+    monkeypatch.setattr(sweep, "probe_run", lambda run: calls.append(("probe", run.key)))
+    monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
+    sweep.run()
+    assert [c for c, _ in calls].count("report") == reports and calls[-1] == ("report", None)
+    assert [k for c, k in calls if c == "train"] == [k for c, k in calls if c == "probe"] == [r.key for r in sweep.runs]
