@@ -17,6 +17,20 @@ def setup() -> None:
     quiet_transformers()
 
 
+def hf_bert_of_shape(c):
+    """The named baseline: Hugging Face BertForMaskedLM with the encoder shape of CrossBertConfig `c`
+    (SDPA attention, no dropout, as our models train). It computes vocabulary logits at every position."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
+        max_position_embeddings=max(512, c.max_position_embeddings), hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, attn_implementation="sdpa", pad_token_id=c.pad_token_id,
+    )  # fmt: skip
+    return BertForMaskedLM(config)
+
+
 def interleaved(contenders: dict, rounds: int) -> dict[str, list[float]]:
     """Time each callable once per round, in turn (A B A B ...): slow phases of a shared machine hit all."""
     times = {name: [] for name in contenders}

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import setup  # noqa: E402  (puts the repository on sys.path)
+from _common import hf_bert_of_shape, setup  # noqa: E402  (puts the repository on sys.path)
 
 from crossbert_model.config import config_from_preset, training_flops_per_token  # noqa: E402
 from crossbert_model.data import DataArgs, EpochSampler, prepare_data, special_token_config  # noqa: E402
@@ -78,18 +78,6 @@ class Contender:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.targets = num_targets(batch)
-
-
-def hf_bert_of_shape(c):
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
-        max_position_embeddings=max(512, c.max_position_embeddings), hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation="sdpa", pad_token_id=c.pad_token_id,
-    )  # fmt: skip
-    return BertForMaskedLM(config)
 
 
 def bench_preset(preset, data, args, amp, peak) -> list[dict]:

@@ -5,7 +5,8 @@
     crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
     crossbert geometry MODEL --tasks ...       effective rank, anisotropy, uniformity, entropy per layer
     crossbert tasks                            the task files and whether their data is present
-    crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online)
+    crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online);
+                                               --benchmark "MTEB(eng, v2)": what of mteb's benchmark runs here
     crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
     crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
@@ -175,9 +176,15 @@ def _tasks(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-def _add_encoder_options(p: argparse.ArgumentParser) -> None:
-    """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb."""
-    p.add_argument("--max-length", type=_positive_int, default=128)
+def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = False) -> None:
+    """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb.
+    `model_max_length`: --max-length defaults to the model's own (mteb: MTEB truncates where the model does)."""
+    if model_max_length:
+        p.add_argument("--max-length", type=_positive_int, default=None,
+                       help="tokens per text (default: the model's own sentence-transformers max_seq_length, "
+                            "as MTEB runs it; else 128)")
+    else:
+        p.add_argument("--max-length", type=_positive_int, default=128)
     p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
                    help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
@@ -230,14 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mteb", help="run mteb's own evaluators on a frozen encoder (local data by default)")
     p.add_argument("model")
     p.add_argument("--tasks", default=None, help="comma-separated MTEB task names")
-    p.add_argument("--benchmark", default=None, help="local-eng: every local MTEB task")
+    p.add_argument("--benchmark", default=None,
+                   help='local-eng: every local MTEB task; or an mteb benchmark, e.g. "MTEB(eng, v2)": '
+                        "its tasks that have local data")
     p.add_argument("--layer", default="last", help="last | N (0 = embedding output)")
     p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--out", default="runs/mteb", help="run folder: mteb's result JSONs and caches")
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
-    _add_encoder_options(p)
+    _add_encoder_options(p, model_max_length=True)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_mteb)

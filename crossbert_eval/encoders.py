@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "max")
 DTYPES = ("fp32", "bf16", "auto")
+# Tokens per text when neither the caller nor the model (sentence-transformers' max_seq_length) says:
+# the sequence length our own models are pre-trained at, and the probes' default.
+DEFAULT_MAX_LENGTH = 128
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
 
@@ -83,6 +86,7 @@ class StLayout:
     pooling_config_path: Path | None
     unsupported_pooling: str | None = None  # e.g. 'weightedmean': the model's mode, which no pooling here equals
     other_modules: tuple[str, ...] = ()  # e.g. Dense: modules whose output the frozen features leave out
+    max_seq_length: int | None = None  # sentence_bert_config.json: where sentence-transformers truncates (MTEB's protocol)
 
 
 # sentence-transformers' Pooling modes (legacy `pooling_mode_*` booleans and the newer `pooling_mode`
@@ -147,7 +151,20 @@ def read_sentence_transformers_layout(folder: Path) -> StLayout | None:
     supported = mode if mode in POOLINGS else None
     unsupported = mode if mode is not None and supported is None else None
     others = tuple(name for name in by_class if name not in ("Transformer", "Pooling", "Normalize"))
-    return StLayout(folder / transformer.get("path", ""), supported, "Normalize" in by_class, pooling_config, unsupported, others)
+    transformer_folder = folder / transformer.get("path", "")
+    return StLayout(transformer_folder, supported, "Normalize" in by_class, pooling_config, unsupported, others,
+                    _st_max_seq_length(transformer_folder))  # fmt: skip
+
+
+def _st_max_seq_length(transformer_folder: Path) -> int | None:
+    """sentence-transformers' truncation length (sentence_bert_config.json beside the Transformer module)."""
+    config_path = transformer_folder / "sentence_bert_config.json"
+    if not config_path.is_file():
+        return None
+    value = _read_json(config_path).get("max_seq_length")
+    if value is not None and not (isinstance(value, int) and value > 0):
+        raise EncoderError(f"{config_path}: max_seq_length must be a positive integer, got {value!r}")
+    return value
 
 
 @dataclass
@@ -161,6 +178,7 @@ class ModelSource:
     pooling_source: str = "default"  # where default_pooling comes from
     pooling_problem: str | None = None  # why there is no default pooling (an unsupported sentence-transformers mode)
     normalize: bool = False  # the model L2-normalises its sentence embeddings (sentence-transformers Normalize)
+    max_seq_length: int | None = None  # the model's own truncation length (sentence-transformers), if it declares one
     hub_id: str | None = None  # "org/name" when resolved from the Hugging Face hub cache
 
 
@@ -271,6 +289,7 @@ def _classify(folder: Path, name: str) -> ModelSource:
     source = ModelSource(folder, kind or "hf", name, step, objective)
     if layout is not None:
         source.normalize = layout.normalize
+        source.max_seq_length = layout.max_seq_length
         if layout.pooling_config_path is not None:
             source.default_pooling = layout.pooling
             source.pooling_source = f"sentence-transformers:{layout.pooling_config_path.relative_to(st_root).as_posix()}"
@@ -309,11 +328,13 @@ class FrozenEncoder:
 
     @classmethod
     def load(
-        cls, spec: str, *, max_length: int = 128, batch_size: int = 256, dtype: str = "fp32", device: str | None = None,
-        max_batch_tokens: int = 8192, allow_pickle: bool = False,
+        cls, spec: str, *, max_length: int | None = DEFAULT_MAX_LENGTH, batch_size: int = 256, dtype: str = "fp32",
+        device: str | None = None, max_batch_tokens: int = 8192, allow_pickle: bool = False,
     ):  # fmt: skip
         """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
-        bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors."""
+        bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors.
+        `max_length` None: the model's own (sentence-transformers' max_seq_length, as MTEB runs it), else
+        DEFAULT_MAX_LENGTH."""
         from transformers import AutoModel, AutoTokenizer
 
         if dtype not in DTYPES:  # before any loading: a typo should not cost a model load
@@ -333,6 +354,8 @@ class FrozenEncoder:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
+        if max_length is None:
+            max_length = source.max_seq_length or DEFAULT_MAX_LENGTH
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
         return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,

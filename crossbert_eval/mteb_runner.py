@@ -1,6 +1,7 @@
 """MTEB through mteb's own task classes and evaluators, on the local data root.
 
     crossbert mteb minilm --benchmark local-eng
+    crossbert mteb minilm --benchmark "MTEB(eng, v2)"     # mteb's own benchmark: what local data allows
     crossbert mteb runs/tiny_crossbert --tasks STSBenchmark,Banking77Classification --layer last
 
 * Tasks keep their real MTEB names, metadata, splits and preprocessing: a local task is a subclass of
@@ -9,6 +10,12 @@
   `dataset_transform`. The metrics are mteb's.
 * TrecQA answer selection has no MTEB task: `TrecQAReranking` is an mteb reranking task
   (AbsTaskRetrieval with top-ranked candidates) of our own, declared in tasks/reranking/.
+* A task file whose data is not MTEB's exact data says so (`mteb.data_differs`, shown in every row and
+  table). One that declares `mteb.variant_of: NAME` runs under mteb's class for NAME (its evaluator and
+  metrics) but keeps its own name, so its scores never pass for MTEB's (TwitterURLCorpus-lowercasedtrain).
+* `--benchmark NAME` with any benchmark mteb defines runs each of its tasks that a task file stands for
+  (by name, or as a marked variant) with the benchmark's splits and subsets, and reports the others as
+  skipped with where their data was looked for; the table states the coverage and averages only what ran.
 * Any other name mteb knows runs from the hub when CROSSBERT_ONLINE=1.
 * `MtebEncoder` wraps a frozen encoder with an explicit layer and pooling; its ModelMeta name is
   the model, its revision the weights' fingerprint + layer + pooling, so two checkpoints (or two
@@ -21,7 +28,10 @@ import contextlib
 import logging
 import os
 import random
+import re
+import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +39,15 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .encoders import FeatureCache, FrozenEncoder
 from .results import ResultsStore, unit_key
-from .tasks import Task, TaskDataMissing, TaskError, all_tasks
+from .tasks import Task, TaskDataMissing, TaskError, all_tasks, tasks_dir
 from crossbert_model.errors import CrossbertError
 
 log = logging.getLogger(__name__)
 
-BENCHMARKS = {"local-eng": "every task file with an `mteb:` section (STS, classification, clustering, reranking)"}
+# Our own benchmark; any other name is looked up among mteb's benchmarks (mteb.get_benchmark).
+BENCHMARKS = {"local-eng": "every task file with an `mteb:` section"}
+# A task name ending in a version (STS22.v2, Touche2020Retrieval.v3): mteb's revised edition of a task.
+_VERSIONED = re.compile(r"\.v\d+$")
 # MTEB's legacy TwentyNewsgroupsClustering has 10 cluster sets; the 20news-bydate test set (the one it
 # clusters) has 7,532 posts. Our copy merged train and test, so each set is a seeded sample of that size.
 CLUSTER_SETS = 10
@@ -85,10 +98,12 @@ def make_mteb_encoder(
         normalize = encoder.normalize
 
     class MtebEncoder(AbsEncoder):
-        """A frozen encoder at one layer and pooling, as mteb's EncoderProtocol."""
+        """A frozen encoder at one layer and pooling, as mteb's EncoderProtocol. `costs` keeps, per task,
+        the texts it asked for, how many were encoded (not from the feature cache) and the seconds spent."""
 
         def __init__(self):
             self.encoder, self.layer, self.pooling, self.cache, self.normalize = encoder, layer, pooling, cache, normalize
+            self.costs: dict[str, dict] = {}
             step = f"-step{encoder.source.step}" if encoder.source.step is not None else ""
             self.mteb_model_meta = ModelMeta(
                 loader=None,
@@ -112,13 +127,26 @@ def make_mteb_encoder(
 
         def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs):
             texts = [t for batch in inputs for t in batch["text"]]
+            # mteb encodes every occurrence (TwitterURLCorpus pairs one source tweet with many others):
+            # each distinct text is encoded once and its vector copied
+            unique = list(dict.fromkeys(texts))
             label = f"mteb/{task_metadata.name}/{hf_subset}/{hf_split}"
+            start, misses = time.perf_counter(), self.cache.misses if self.cache is not None else 0
             if self.cache is not None:
                 layers = sorted(set(cache_layers or []) | {self.layer})
-                feats = self.cache.features(self.encoder, texts, None, layers, [self.pooling], label)
+                feats = self.cache.features(self.encoder, unique, None, layers, [self.pooling], label)
+                encoded = len(unique) if self.cache.misses > misses else 0
             else:
-                feats = self.encoder.encode(texts, layers=[self.layer], poolings=[self.pooling], desc=label)
+                feats = self.encoder.encode(unique, layers=[self.layer], poolings=[self.pooling], desc=label)
+                encoded = len(unique)
+            cost = self.costs.setdefault(task_metadata.name, {"texts": 0, "encoded": 0, "encode_s": 0.0})
+            cost["texts"] += len(texts)
+            cost["encoded"] += encoded
+            cost["encode_s"] += time.perf_counter() - start
             x = feats[(self.layer, self.pooling)]
+            if len(unique) < len(texts):
+                position = {t: i for i, t in enumerate(unique)}
+                x = x[[position[t] for t in texts]]
             if self.normalize:
                 x = x / np.clip(np.linalg.norm(x, axis=1, keepdims=True), 1e-12, None)
             return x
@@ -139,6 +167,44 @@ def _sts_dataset(task: Task, root):
         s = task.load_split(split, root)
         out[split] = Dataset.from_dict({"sentence1": s.texts, "sentence2": s.texts_pair, "score": s.labels.tolist()})
     return DatasetDict(out)
+
+
+def _pair_classification_dataset(task: Task, root):
+    """MTEB's pair-classification layout (sent1, sent2, labels; mteb's dataset_transform renames the
+    sentence columns). `mteb.from_splits`: MTEB's one split is several of ours, concatenated."""
+    from datasets import Dataset, DatasetDict
+
+    out = {}
+    for split in task.mteb.get("eval_splits", ["test"]):
+        parts = [task.load_split(name, root) for name in task.mteb.get("from_splits", [split])]
+        out[split] = Dataset.from_dict(
+            {
+                "sent1": [t for p in parts for t in p.texts],
+                "sent2": [t for p in parts for t in p.texts_pair],
+                "labels": [int(y) for p in parts for y in p.labels],
+            }
+        )
+    return DatasetDict(out)
+
+
+def _retrieval_dataset(task: Task, root):
+    """A BEIR-format task file as mteb's retrieval split data (corpus id/title/text, queries id/text, qrels)."""
+    from datasets import Dataset
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+    out = {}
+    for split in task.mteb.get("eval_splits", ["test"]):
+        beir = task.load_beir(split, root)
+        ids = list(beir.corpus)
+        out[split] = RetrievalSplitData(
+            corpus=Dataset.from_dict(
+                {"id": ids, "title": [beir.corpus[i][0] for i in ids], "text": [beir.corpus[i][1] for i in ids]}
+            ),
+            queries=Dataset.from_dict({"id": list(beir.queries), "text": list(beir.queries.values())}),
+            relevant_docs=beir.qrels,
+            top_ranked=None,
+        )
+    return {"default": out}
 
 
 def _classification_dataset(task: Task, root, splits: list[str]):
@@ -249,22 +315,47 @@ def local_mteb_task(task: Task, root=None, materialise_labels: bool = True):
     if not spec:
         raise MtebError(f"{task.source_file}: task {task.name} has no `mteb:` section, so it is not an MTEB task here")
     kind = spec["type"]
-    base = _reranking_task_class() if kind == "Reranking" else type(mteb.get_task(task.name))
+    mteb_name = spec.get("variant_of") or task.name
+    if kind == "Reranking":
+        base = _reranking_task_class()
+    else:
+        try:
+            base = type(mteb.get_task(mteb_name))
+        except (KeyError, ValueError):
+            key = "mteb.variant_of" if spec.get("variant_of") else "name"
+            raise MtebError(f"{task.source_file}: {key} {mteb_name!r} is not a task mteb {mteb.__version__} knows") from None
+    if base.metadata.type != kind:
+        raise MtebError(f"{task.source_file}: mteb.type is {kind}, but mteb's {mteb_name} is a {base.metadata.type} task")
 
     def builder():
         if kind == "STS":
-            return _sts_dataset(task, root)
-        if kind == "Classification":
+            data = _sts_dataset(task, root)
+        elif kind == "Classification":
             data = _classification_dataset(task, root, [spec.get("train_split", "train")] + list(spec.get("eval_splits", ["test"])))
-            return {spec["subset"]: data} if spec.get("subset") else data
-        if kind == "Clustering":
+        elif kind == "Clustering":
             return _clustering_dataset(task, root)
-        if kind == "Reranking":
+        elif kind == "Reranking":
             return _reranking_dataset(task, root)
-        raise MtebError(f"{task.source_file}: mteb.type {kind!r} is not supported locally")
+        elif kind == "PairClassification":
+            return _pair_classification_dataset(task, root)
+        elif kind == "Retrieval":
+            return _retrieval_dataset(task, root)
+        else:
+            raise MtebError(f"{task.source_file}: mteb.type {kind!r} is not supported locally")
+        return {spec["subset"]: data} if spec.get("subset") else data
 
     class LocalTask(base):
         """mteb's own task reading the local data root: loading is ours, evaluation and metrics mteb's."""
+
+        if spec.get("variant_of"):
+            # mteb's evaluator and metrics, our name: results, rows and tables say this is not MTEB's data
+            metadata = base.metadata.model_copy(
+                update={
+                    "name": task.name,
+                    "description": f"{base.metadata.description} LOCAL VARIANT: {spec['data_differs']}.",
+                    "adapted_from": [mteb_name],
+                }
+            )
 
         def load_data(self, num_proc=None, **kwargs):
             if self.data_loaded:
@@ -291,16 +382,136 @@ def local_mteb_task(task: Task, root=None, materialise_labels: bool = True):
     return instance
 
 
-def resolve_mteb_tasks(names: list[str], benchmark: str | None, root=None) -> list:
+@dataclass
+class BenchmarkPlan:
+    """What of an mteb benchmark runs here. `ran`: benchmark task -> the task file that stands for it
+    (itself, or a marked variant); `skipped`: benchmark task -> why, naming where its data was looked for;
+    `versions`: benchmark task with a version suffix (.v2, .v3) -> whether the local data reproduces it."""
+
+    name: str
+    size: int
+    ran: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def coverage_line(self) -> str:
+        tasks = {t.name: t for t in all_tasks().values()}
+        kinds = [data_status(tasks.get(local)) for local in self.ran.values()]
+        counts = ", ".join(f"{kinds.count(k)} {DATA_STATUS[k]}" for k in DATA_STATUS if kinds.count(k))
+        return (f"coverage: {len(self.ran)} of {self.size} {self.name} tasks ran on local data ({counts or 'none'}); "
+                f"{len(self.skipped)} skipped")  # fmt: skip
+
+    def report(self) -> str:
+        """The coverage line, the skipped tasks with where each was looked for, and the .vN notes."""
+        lines = [self.coverage_line(), "", f"skipped ({len(self.skipped)}):"]
+        lines += [f"  {name}: {why}" for name, why in self.skipped.items()]
+        if self.versions:
+            lines += ["", f"versioned tasks of {self.name} (.v2/.v3) and the local data:"]
+            lines += [f"  {name}: {note}" for name, note in self.versions.items()]
+        return "\n".join(lines)
+
+
+# How a local task's data stands to MTEB's: the key goes into every row, the words into tables.
+DATA_STATUS = {"mteb": "with MTEB's data", "differs": "with a named data difference", "variant": "as marked variants"}
+
+
+def data_status(task: Task | None) -> str:
+    spec = (task.mteb if task else None) or {}
+    if spec.get("variant_of"):
+        return "variant"
+    return "differs" if (spec.get("data_differs") or spec.get("partial")) else "mteb"
+
+
+def _hub_source(mteb_task) -> str:
+    dataset = mteb_task.metadata.dataset
+    revision = dataset.get("revision") or ""
+    return f"{dataset.get('path')}@{revision[:8]}" if revision else str(dataset.get("path"))
+
+
+def _standing_for(local: dict[str, Task]) -> dict[str, Task]:
+    """mteb task name -> the task file that stands for it: a file of that name, else a marked variant."""
+    out = {t.mteb["variant_of"]: t for t in local.values() if t.mteb.get("variant_of")}
+    out.update({name: t for name, t in local.items() if not t.mteb.get("variant_of")})
+    return out
+
+
+def _get_benchmark(name: str):
+    import mteb
+
+    try:
+        return mteb.get_benchmark(name)
+    except (KeyError, ValueError):
+        known = [b.name for b in mteb.get_benchmarks() if "eng" in b.name.lower()]
+        raise MtebError(
+            f"unknown benchmark {name!r}: neither ours ({', '.join(BENCHMARKS)}) nor mteb's (English ones: {', '.join(known)})"
+        ) from None
+
+
+def plan_benchmark(name: str, root=None) -> tuple[list, BenchmarkPlan]:
+    """mteb's own definition of benchmark `name`: every task a task file stands for, restricted to the
+    benchmark's splits and subsets, with its data read now (a task whose files are missing is skipped,
+    naming them); the others are skipped, or fetched from the hub when CROSSBERT_ONLINE=1."""
+    bench = _get_benchmark(name)
+    standing = _standing_for({t.name: t for t in all_tasks().values() if t.mteb})
+    plan = BenchmarkPlan(bench.name, len(bench.tasks))
+    objects = []
+    online = os.environ.get("CROSSBERT_ONLINE") == "1"
+    for hub_task in bench.tasks:
+        mteb_name = hub_task.metadata.name
+        task = standing.get(mteb_name)
+        why = None
+        if task is None:
+            why = (f"no task file in {tasks_dir()} declares it (as its name or mteb.variant_of); mteb's data: "
+                   f"{_hub_source(hub_task)} on the Hugging Face hub")  # fmt: skip
+        else:
+            local = local_mteb_task(task, root)
+            splits = [s for s in hub_task.eval_splits if s in local.eval_splits]
+            subsets = [s for s in hub_task.hf_subsets if s in local.hf_subsets]
+            if not splits or not subsets:
+                why = (f"{task.source_file} has splits {local.eval_splits} / subsets {local.hf_subsets}; the benchmark "
+                       f"asks for {hub_task.eval_splits} / {hub_task.hf_subsets}")  # fmt: skip
+            else:
+                local._eval_splits, local.hf_subsets = splits, subsets
+                try:
+                    local.load_data()
+                except TaskDataMissing as e:
+                    why = str(e)
+        if why is None:
+            plan.ran[mteb_name] = task.name
+            objects.append(local)
+        elif online:
+            plan.ran[mteb_name] = mteb_name
+            objects.append(hub_task)
+        else:
+            plan.skipped[mteb_name] = why
+        if _VERSIONED.search(mteb_name):
+            plan.versions[mteb_name] = _version_note(mteb_name, task, mteb_name in plan.ran)
+    return objects, plan
+
+
+def _version_note(mteb_name: str, task: Task | None, ran: bool) -> str:
+    if not ran:
+        return "not reproduced: no local data"
+    if task is not None and task.mteb.get("variant_of"):
+        return f"not reproduced by the local data ({task.mteb['data_differs']}); ran as the marked variant {task.name}"
+    if task is not None and data_status(task) == "differs":
+        return f"ran, with a named data difference: {task.mteb.get('data_differs')}"
+    return "reproduced: the local data is MTEB's"
+
+
+def resolve_mteb_tasks(names: list[str], benchmark: str | None, root=None) -> tuple[list, BenchmarkPlan | None]:
+    """The mteb task objects for `names` (and `benchmark`); for an mteb benchmark also its plan."""
     import mteb
 
     local = {t.name: t for t in all_tasks().values() if t.mteb}
-    if benchmark:
-        if benchmark not in BENCHMARKS:
-            raise MtebError(f"unknown benchmark {benchmark!r}; local benchmarks: {', '.join(BENCHMARKS)} (online: any mteb benchmark)")
+    out, plan = [], None
+    if benchmark in BENCHMARKS:
         names = list(names) + sorted(local)
-    out = []
-    for name in dict.fromkeys(names):
+    elif benchmark:
+        out, plan = plan_benchmark(benchmark, root)
+    taken = {t.metadata.name for t in out}
+    variants = {t.mteb["variant_of"]: t.name for t in local.values() if t.mteb.get("variant_of")}
+    for name in dict.fromkeys(n for n in names if n not in taken):
         if name in local:
             out.append(local_mteb_task(local[name], root))
             continue
@@ -309,12 +520,13 @@ def resolve_mteb_tasks(names: list[str], benchmark: str | None, root=None) -> li
         except (KeyError, ValueError):
             raise MtebError(f"mteb has no task named {name!r}, and no task file in tasks/ declares it (local: {', '.join(sorted(local))})") from None
         if os.environ.get("CROSSBERT_ONLINE") != "1":
+            variant = f"; the local variant {variants[name]} stands for it (not MTEB's exact data)" if name in variants else ""
             raise TaskDataMissing(
-                f"task {name} is an mteb task without local data in the data root; set CROSSBERT_ONLINE=1 to let mteb fetch "
-                f"{hub_task.metadata.dataset.get('path')} from the hub"
+                f"task {name} is an mteb task without local data in the data root{variant}; set CROSSBERT_ONLINE=1 to let "
+                f"mteb fetch {hub_task.metadata.dataset.get('path')} from the hub"
             )
         out.append(hub_task)
-    return out
+    return out, plan
 
 
 def check_local_data(tasks: list, root=None) -> None:
@@ -364,12 +576,14 @@ def _without_superseded_warnings():
 def run_mteb(
     model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str | int = "last", pooling: str | None = None,
     out_dir: str | Path = "runs/mteb", results_dir: str | None = None, feature_cache: str | None = "runs/features",
-    batch_size: int = 256, max_length: int = 128, overwrite: bool = False, data_root=None, normalize: bool | None = None,
+    batch_size: int = 256, max_length: int | None = None, overwrite: bool = False, data_root=None, normalize: bool | None = None,
     cache_layers: list[int] | None = None, dtype: str = "fp32", allow_pickle: bool = False,
 ):  # fmt: skip
     """Run mteb on `model`; return (rows, table text). Rows also go to the results store.
-    `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `dtype` and
-    `allow_pickle` as FrozenEncoder.load (fp32, safetensors only) when `model` is a name."""
+    `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `max_length`
+    None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs truncate at), else
+    128; `dtype` and `allow_pickle` as FrozenEncoder.load (fp32, safetensors only) when `model` is a name."""
+    started = time.perf_counter()
     out_dir = Path(out_dir)
     configure_offline(out_dir)
     import mteb
@@ -381,9 +595,12 @@ def run_mteb(
     # recorded as the probe runner records it: "user", or where the model's own pooling came from
     (pooling,), pooling_source = encoder.poolings_and_source([pooling] if pooling else None)
     (layer_index,) = encoder.layer_indices(layer)
-    task_objects = resolve_mteb_tasks(tasks, benchmark, data_root)
+    task_objects, plan = resolve_mteb_tasks(tasks, benchmark, data_root)
     if not task_objects:
-        raise MtebError("no task given: use --tasks NAME[,NAME] or --benchmark local-eng")
+        raise MtebError("no task given: use --tasks NAME[,NAME] or --benchmark local-eng" if plan is None else
+                        f"no task of {plan.name} has local data here\n{plan.report()}")  # fmt: skip
+    if plan is not None:
+        log.info("%s", plan.report())
     check_local_data(task_objects, data_root)
     cache = FeatureCache(feature_cache) if feature_cache else None
     wrapped = make_mteb_encoder(encoder, layer_index, pooling, cache, normalize, cache_layers)
@@ -403,24 +620,29 @@ def run_mteb(
         )
     meta = wrapped.mteb_model_meta
     rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects},
-                       pooling_source)  # fmt: skip
+                       pooling_source, wrapped.costs)  # fmt: skip
     store = ResultsStore(results_dir or out_dir / "results")
     new = [r for r in rows if not store.done(r["unit"])]
     store.remove_units({r["unit"] for r in rows} if overwrite else set())
     store.append(rows if overwrite else new)
     log.info("mteb results: %s", out_dir / "results" / meta.name.replace("/", "__") / meta.revision)
-    return rows, mteb_table(rows)
+    return rows, mteb_table(rows, plan, wall_s=time.perf_counter() - started)
 
 
 def result_rows(
-    result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user"
-) -> list[dict]:
+    result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user",
+    costs: dict | None = None,
+) -> list[dict]:  # fmt: skip
+    """One row per (task, split, subset, metric). `costs` (the wrapper's, per task) adds what encoding took
+    in this run; a task mteb answered from its result cache has none."""
     rows = []
     ident = encoder.identity
     for task_result in result.task_results:
         task = task_objects[task_result.task_name]
         main = task.metadata.main_score
         local_task = all_tasks().get(task_result.task_name)
+        local_spec = (local_task.mteb if local_task else None) or {}
+        cost = (costs or {}).get(task_result.task_name)
         for split, subsets in task_result.scores.items():
             for scores in subsets:
                 key = unit_key(model=encoder.fingerprint, task=task_result.task_name, split=split, subset=scores["hf_subset"],
@@ -439,8 +661,16 @@ def result_rows(
                     "pooling_source": pooling_source,
                     "seed": task.seed,
                     "protocol": {"mteb_version": task_result.mteb_version, "normalize": normalize,
-                                 "partial": bool(local_task and local_task.mteb and local_task.mteb.get("partial")),
-                                 "local_data": type(task).__name__.startswith("Local")},  # fmt: skip
+                                 "partial": bool(local_spec.get("partial")),
+                                 "local_data": type(task).__name__.startswith("Local"),
+                                 "data": data_status(local_task) if local_task else "mteb",
+                                 "data_differs": local_spec.get("data_differs"),
+                                 "variant_of": local_spec.get("variant_of")},  # fmt: skip
+                    # what the task cost: mteb's evaluation time (encoding + scoring), and our encoding in this
+                    # run (0 texts: every feature came from the feature cache)
+                    "eval_time_s": task_result.evaluation_time,
+                    "encode_s": round(cost["encode_s"], 3) if cost else None,
+                    "encoded_texts": cost["encoded"] if cost else None,
                     "unit": key,
                 }
                 metrics = {m: v for m, v in scores.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -458,25 +688,65 @@ def published_score(task: str, model: str, split: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def mteb_table(rows: list[dict]) -> str:
+_DATA_FLAG = {"mteb": "", "differs": "differs", "variant": "VARIANT"}
+
+
+def mteb_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s: float | None = None) -> str:
+    """Scores beside the published ones, with the max length and time of each task and how its data stands
+    to MTEB's; means over what ran (for a benchmark: labelled with its coverage, never as its score)."""
     import pandas as pd
 
     if not rows:
         return "(no results)"
     df = pd.DataFrame(rows)
+    for column, default in (("eval_time_s", None), ("protocol", None)):
+        if column not in df:
+            df[column] = default
+    df["data"] = [(p or {}).get("data", "mteb") if isinstance(p, dict) else "mteb" for p in df["protocol"]]
     main = df[df["is_main"]]
     # A task's score: its main metric per split, averaged over subsets.
-    per_task = main.groupby(["model", "task_type", "task", "split", "metric"], as_index=False)["value"].mean()
-    lines = [f"{'type':15} {'task':40} {'split':11} {'metric':16} {'score':>7} {'published':>9}"]
+    keys = ["model", "task_type", "task", "split", "metric"]
+    per_task = main.groupby(keys, as_index=False).agg(
+        value=("value", "mean"), max_length=("max_length", "first"), eval_time_s=("eval_time_s", "first"), data=("data", "first")
+    )
+    lines = []
+    if plan is not None:
+        lines += [f"{plan.name} on local data: {plan.coverage_line()}", ""]
+    lines.append(f"{'type':18} {'task':40} {'split':10} {'metric':15} {'score':>6} {'publ.':>6} {'diff':>6} {'max_len':>7} "
+                 f"{'time_s':>7}  data")  # fmt: skip
+    seen = set()
     for r in per_task.itertuples():
         ref = published_score(r.task, r.model, r.split)
-        lines.append(f"{r.task_type:15} {r.task:40} {r.split:11} {r.metric:16} {100 * r.value:7.2f} {'' if ref is None else f'{100 * ref:9.2f}'}")
-    headline = per_task.groupby("task").tail(1)  # the last split in sort order (test after validation)
+        diff = "" if ref is None else f"{100 * (r.value - ref):+6.2f}"
+        time_s = "" if r.task in seen or pd.isna(r.eval_time_s) else f"{r.eval_time_s:7.1f}"  # per task: on its first line
+        seen.add(r.task)
+        published = "" if ref is None else f"{100 * ref:6.2f}"
+        lines.append(f"{r.task_type:18} {r.task:40} {r.split:10} {r.metric[:15]:15} {100 * r.value:6.2f} "
+                     f"{published:>6} {diff:>6} {r.max_length:>7} {time_s:>7}  {_DATA_FLAG[r.data]}")  # fmt: skip
+    headline = per_task.groupby("task").tail(1).copy()  # the last split in sort order (test after validation)
+    headline["published"] = [published_score(r.task, r.model, r.split) for r in headline.itertuples()]
+    scope = f" that ran (of {plan.size}; NOT a {plan.name} score)" if plan is not None else ""
     by_type = headline.groupby("task_type")["value"].mean()
     lines.append("")
     for task_type, value in by_type.items():
-        lines.append(f"mean {task_type:10} {100 * value:6.2f}  ({(headline['task_type'] == task_type).sum()} task(s))")
-    lines.append(f"mean over types {100 * by_type.mean():6.2f}   mean over tasks {100 * headline['value'].mean():6.2f}")
+        lines.append(f"mean {task_type:18} {100 * value:6.2f}  ({(headline['task_type'] == task_type).sum()} task(s))")
+    lines.append(f"mean over the {len(by_type)} task types{scope}: {100 * by_type.mean():6.2f}")
+    lines.append(f"mean over the {len(headline)} tasks{scope}: {100 * headline['value'].mean():6.2f}")
+    if headline["published"].notna().all():
+        lines.append(f"published mean over the same {len(headline)} tasks: {100 * headline['published'].mean():6.2f}")
+    exact = headline[headline["data"] == "mteb"]
+    if len(exact) < len(headline) and len(exact):
+        published = f" (published {100 * exact['published'].mean():6.2f})" if exact["published"].notna().all() else ""
+        lines.append(f"mean over the {len(exact)} tasks with MTEB's data: {100 * exact['value'].mean():6.2f}{published}")
+    flagged = headline[headline["data"] != "mteb"]
+    for r in flagged.itertuples():
+        task = all_tasks().get(r.task)
+        lines.append(f"{_DATA_FLAG[r.data]:7} {r.task}: {(task.mteb or {}).get('data_differs') if task else ''}")
+    if wall_s is not None:
+        encode = df.drop_duplicates("task")["encode_s"].dropna().sum() if "encode_s" in df else 0.0
+        lines.append(f"wall time {wall_s:.0f} s (encoding {encode:.0f} s)")
+    if plan is not None:
+        lines += ["", plan.report()]
     return "\n".join(lines)
 
 

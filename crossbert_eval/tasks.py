@@ -15,6 +15,10 @@ DataSpec, HubSpec, ColumnsSpec, HoldoutSpec or MtebSpec below; an unknown key is
       format: tsv                  # tsv | csv | jsonl | label_first
       header: true
     splits: {train: train.tsv.xz, validation: dev.tsv}
+    # a split may also list files, and entries of SplitFileSpec for what a file name cannot say: another
+    # folder, other fields, only some rows, files read side by side, a member of a zip archive:
+    #   test: [a.tsv, {folder: other, file: b.tsv.xz, fields: [...], select: {year: 2012test}}]
+    #   test: {paste: [texts.zip/dir/input.txt, gold.zip/dir/gold.txt], fields: [sentence1, sentence2, score]}
     columns: {text: sentence, label: label}
     labels: [0, 1]                 # or {raw value: class id}, or `infer` (sorted values of train)
     train_split: train
@@ -22,6 +26,10 @@ DataSpec, HubSpec, ColumnsSpec, HoldoutSpec or MtebSpec below; an unknown key is
 
 Reading is strict: TSV rows with the wrong number of fields, empty splits, unknown labels and missing
 files stop with a message naming the file, the line or field, and what was expected.
+
+`format: beir` reads a retrieval set in the BEIR layout (data.corpus, data.queries, one qrels file per
+split): `load_beir(split, root)` gives corpus, queries and relevance judgements; `load_split` gives the
+judged (query, document) pairs, so that `crossbert tasks` can count them.
 
 A task file that does not parse breaks only itself: the registry keeps it (broken_tasks()) and raises
 its error when that task, its family or `all` is asked for; other tasks work as before.
@@ -36,6 +44,7 @@ import io
 import json
 import lzma
 import os
+import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -47,9 +56,9 @@ from crossbert_model.utils import PROJECT_ROOT, data_root
 from crossbert_model.errors import CrossbertError
 
 TASKS_DIR_ENV = "CROSSBERT_TASKS_DIR"
-FORMATS = ("tsv", "csv", "jsonl", "label_first")
-MTEB_TYPES = ("STS", "Classification", "Clustering", "Reranking")
-FAMILIES = ("glue", "senteval", "sts", "classification", "pair_classification", "clustering", "reranking")
+FORMATS = ("tsv", "csv", "jsonl", "label_first", "beir")
+MTEB_TYPES = ("STS", "Classification", "Clustering", "Reranking", "PairClassification", "Retrieval")
+FAMILIES = ("glue", "senteval", "sts", "classification", "pair_classification", "clustering", "reranking", "retrieval")
 
 
 class TaskError(CrossbertError, ValueError):
@@ -142,6 +151,9 @@ class DataSpec(_Section):
     quoting: str | None = None  # none | minimal (default: none for tsv, minimal for csv)
     encoding: str = "utf-8-sig"
     drop_unlabelled: bool = False
+    drop_labels: list | None = None  # raw label values whose rows are not examples (TwitterURLCorpus: 3 of 6 votes)
+    corpus: str | None = None  # format beir: the documents (jsonl {_id, title, text})
+    queries: str | None = None  # format beir: the queries (jsonl {_id, text})
 
     NESTED = {"hub": HubSpec}
 
@@ -152,6 +164,8 @@ class DataSpec(_Section):
             raise TaskError(f"{path}: {where}.header must be true or false, got {self.header!r}")
         if self.local is None and self.hub is None:
             raise TaskError(f"{path}: {where} needs `local` (a folder under the data root) or `hub`")
+        if self.format == "beir" and (self.corpus is None or self.queries is None):
+            raise TaskError(f"{path}: {where}.format beir needs {where}.corpus and {where}.queries (files under {where}.local)")
 
 
 @dataclass
@@ -160,8 +174,35 @@ class ColumnsSpec(_Section):
     text_pair: str | None = None
     label: str | None = None
     group: str | None = None  # e.g. the question id of reranking candidates
+    label_before: str | None = None  # the class is the label's text up to this separator (MASSIVE scenario = intent prefix)
 
     REQUIRED = ("text", "label")
+
+
+@dataclass
+class SplitFileSpec(_Section):
+    """An entry of a split's file list that a plain file name cannot describe. Paths may go through a zip
+    archive (`archive.zip/dir/member.txt`: read from the archive, never extracted)."""
+
+    file: str | None = None
+    paste: list | None = None  # files read side by side, line i of each making example i (like `paste`)
+    folder: str | None = None  # a folder under the data root (default: data.local)
+    fields: list | None = None  # this file's fields (default: data.fields)
+    optional_fields: list | None = None
+    select: dict | None = None  # keep only the rows whose fields have these values
+
+    def check(self, path: Path, where: str) -> None:
+        if (self.file is None) == (self.paste is None):
+            raise TaskError(f"{path}: {where} needs exactly one of `file` (one file) or `paste` (files read side by side)")
+        listed = isinstance(self.paste, list) and len(self.paste) > 1 and all(isinstance(f, str) for f in self.paste)
+        if self.paste is not None and not listed:
+            raise TaskError(f"{path}: {where}.paste must list two or more files, got {self.paste!r}")
+        if self.select is not None and not isinstance(self.select, dict):
+            raise TaskError(f"{path}: {where}.select must map field names to values, got {self.select!r}")
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.paste) if self.paste else [self.file]
 
 
 @dataclass
@@ -197,11 +238,18 @@ class MtebSpec(_Section):
     partial: bool | None = None  # our copy is a part of the benchmark's data
     min_score: float | None = None  # STS: documents the score range mteb normalises with
     max_score: float | None = None
+    # The local data is not MTEB's exact data: the task runs under mteb's class for `variant_of` (its
+    # evaluator and metrics) but under this file's own name, so no row can pass for MTEB's score.
+    variant_of: str | None = None
+    data_differs: str | None = None  # how the local data differs from MTEB's; shown beside every score
+    from_splits: list | None = None  # MTEB's eval split is these splits of ours, concatenated (TwitterURLCorpus)
 
     REQUIRED = ("type",)
 
     def check(self, path: Path, where: str) -> None:
         self._one_of("type", MTEB_TYPES, path, where)
+        if self.variant_of is not None and not self.data_differs:
+            raise TaskError(f"{path}: {where}.variant_of needs {where}.data_differs (how this data differs from MTEB's)")
 
 
 @dataclass
@@ -213,6 +261,15 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+
+@dataclass
+class BeirSplit:
+    """A retrieval split: documents {id: (title, text)}, queries {id: text}, qrels {query id: {doc id: relevance}}."""
+
+    corpus: dict[str, tuple[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
 
 
 @dataclass
@@ -282,25 +339,145 @@ class Task:
             return self._holdout_split(split, root)
         if split not in self.splits:
             raise TaskError(f"{self.source_file}: task {self.name} has no split {split!r} (splits: {', '.join(self.splits)})")
-        local = self.data.local
-        files = self.splits[split] if isinstance(self.splits[split], list) else [self.splits[split]]
-        folder = root / local if (root is not None and local is not None) else None
-        paths = [folder / f for f in files] if folder else []
-        missing = [p for p in paths if not p.is_file()]
-        if folder is None or missing:
-            if self.data.hub and os.environ.get("CROSSBERT_ONLINE") == "1":
-                return self._load_hub_split(split)
-            where = ", ".join(str(p) for p in (missing or paths)) or f"{local} under the data root"
-            hub = self.data.hub
-            hint = f"; online users can set CROSSBERT_ONLINE=1 to read the hub dataset {hub.path}" if hub else ""
-            raise TaskDataMissing(
-                f"task {self.name} ({self.source_file.name}): data for split {split!r} not found; looked for {where} "
-                f"(see MANIFEST.md of the data root){hint}"
-            )
+        if self.data.format == "beir" and not (self.data.hub and os.environ.get("CROSSBERT_ONLINE") == "1"):
+            return self._beir_pairs(split, root)
+        paths = self._present_paths(split, root)
+        if paths is None:
+            return self._load_hub_split(split)
         rows = []
-        for path in paths:
-            rows.extend(self._read_rows(path))
+        for entry in self._split_entries(split):
+            rows.extend(self._entry_rows(entry, root))
         return self._to_split(rows, split, ", ".join(str(p) for p in paths), root)
+
+    def _split_entries(self, split: str) -> list:
+        """The split's files: names under data.local, or SplitFileSpec entries."""
+        entries = self.splits[split]
+        return list(entries) if isinstance(entries, list) else [entries]
+
+    def _entry_paths(self, entry, root: Path) -> list[Path]:
+        if isinstance(entry, SplitFileSpec):
+            return [root / (entry.folder or self.data.local) / f for f in entry.files]
+        return [root / self.data.local / entry]
+
+    def _present_paths(self, split: str, root: Path | None, extra: list[str] = ()) -> list[Path] | None:
+        """Every file the split reads (plus `extra` files under data.local), or TaskDataMissing naming the
+        missing ones; None when they are missing but the hub may be read instead (CROSSBERT_ONLINE=1)."""
+        local = self.data.local
+        paths = []
+        if root is not None and local is not None:
+            paths = [p for entry in self._split_entries(split) for p in self._entry_paths(entry, root)]
+            paths += [root / local / f for f in extra]
+        missing = [p for p in paths if not _is_file(p)]
+        if paths and not missing:
+            return paths
+        if self.data.hub and os.environ.get("CROSSBERT_ONLINE") == "1":
+            return None
+        where = ", ".join(str(p) for p in (missing or paths)) or f"{local} under the data root"
+        hub = self.data.hub
+        hint = f"; online users can set CROSSBERT_ONLINE=1 to read the hub dataset {hub.path}" if hub else ""
+        raise TaskDataMissing(
+            f"task {self.name} ({self.source_file.name}): data for split {split!r} not found; looked for {where} "
+            f"(see MANIFEST.md of the data root){hint}"
+        )
+
+    def _entry_rows(self, entry, root: Path) -> list[tuple[int, dict]]:
+        if not isinstance(entry, SplitFileSpec):
+            return self._read_rows(root / self.data.local / entry)
+        paths = self._entry_paths(entry, root)
+        fields = entry.fields or self.data.fields
+        if entry.paste:
+            rows = self._pasted_rows(paths, fields)
+        else:
+            rows = self._read_rows(paths[0], fields=fields, optional=entry.optional_fields or self.data.optional_fields)
+        if entry.select:
+            unknown = [k for k in entry.select if rows and k not in rows[0][1]]
+            if unknown:
+                raise TaskError(f"{paths[0]}: select field {unknown[0]!r} is not a field of this file ({', '.join(rows[0][1])})")
+            rows = [(n, r) for n, r in rows if all(str(r.get(k)) == str(v) for k, v in entry.select.items())]
+            if not rows:
+                raise TaskError(f"{paths[0]}: no row has {entry.select} (select of {self.source_file.name})")
+        return rows
+
+    def _pasted_rows(self, paths: list[Path], fields: list | None) -> list[tuple[int, dict]]:
+        """Files read side by side: line i of every file makes example i, their fields joined in order."""
+        columns = [_lines(_read_text(p, self.data.encoding)) for p in paths]
+        for path, lines in zip(paths[1:], columns[1:]):
+            if len(lines) != len(columns[0]):
+                raise TaskError(
+                    f"{path}: {len(lines)} lines, but {paths[0]} has {len(columns[0])}; pasted files need one line per example"
+                )
+        delimiter = self.data.get("delimiter", "\t" if self.data.format == "tsv" else ",")
+        rows = []
+        for lineno, parts in enumerate(zip(*columns), 1):
+            if not any(part.strip() for part in parts):
+                continue
+            record = [value for part in parts for value in part.split(delimiter)]
+            if fields is None or len(record) != len(fields):
+                expected = f"{len(fields)} fields ({', '.join(fields)})" if fields else "`fields` for pasted files"
+                raise TaskError(f"{', '.join(map(str, paths))}: line {lineno}: expected {expected}, got {len(record)}")
+            rows.append((lineno, dict(zip(fields, record))))
+        return rows
+
+    # -- BEIR retrieval sets -----------------------------------------------------------------------
+
+    def load_beir(self, split: str, root: str | os.PathLike | None = None) -> "BeirSplit":
+        """Corpus, the split's queries (those with judgements, as BEIR and MTEB keep them) and qrels."""
+        if self.data.format != "beir":
+            raise TaskError(
+                f"{self.source_file}: task {self.name} is not a retrieval task (data.format is {self.data.format}, not beir)"
+            )
+        if split not in self.splits:
+            raise TaskError(f"{self.source_file}: task {self.name} has no split {split!r} (splits: {', '.join(self.splits)})")
+        folder = _resolved_root(root)
+        key = ("beir", split, str(folder))
+        if key not in self._cache:
+            self._cache[key] = self._read_beir(split, folder)
+        return self._cache[key]
+
+    def _read_beir(self, split: str, root: Path | None) -> "BeirSplit":
+        self._present_paths(split, root, extra=[self.data.corpus, self.data.queries])
+        folder = root / self.data.local
+        documents = self._beir_records(folder / self.data.corpus, ("_id", "text"))
+        corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r["text"])) for _, r in documents}
+        all_queries = {str(r["_id"]): str(r["text"]) for _, r in self._beir_records(folder / self.data.queries, ("_id", "text"))}
+        qrels_path = self._entry_paths(self._split_entries(split)[0], root)[0]
+        qrels: dict[str, dict[str, int]] = {}
+        for lineno, row in self._read_rows(qrels_path, fmt="tsv"):
+            try:
+                qid, did, score = str(row["query-id"]), str(row["corpus-id"]), int(row["score"])
+            except KeyError as e:
+                raise TaskError(
+                    f"{qrels_path}:{lineno}: no column {e.args[0]!r} (BEIR qrels: query-id, corpus-id, score)"
+                ) from None
+            except ValueError:
+                raise TaskError(f"{qrels_path}:{lineno}: score {row['score']!r} is not an integer") from None
+            if qid not in all_queries:
+                raise TaskError(f"{qrels_path}:{lineno}: query-id {qid!r} is not in {folder / self.data.queries}")
+            if did not in corpus:
+                raise TaskError(f"{qrels_path}:{lineno}: corpus-id {did!r} is not in {folder / self.data.corpus}")
+            qrels.setdefault(qid, {})[did] = score
+        if not qrels:
+            raise TaskError(f"{qrels_path}: split {split!r} of task {self.name} has no relevance judgements")
+        return BeirSplit(corpus=corpus, queries={q: all_queries[q] for q in qrels}, qrels=qrels)
+
+    def _beir_records(self, path: Path, required: tuple[str, ...]) -> list[tuple[int, dict]]:
+        rows = self._read_rows(path, fmt="jsonl")
+        for lineno, row in rows:
+            absent = [k for k in required if k not in row]
+            if absent:
+                raise TaskError(f"{path}:{lineno}: no field {absent[0]!r} (BEIR jsonl: {', '.join(required)})")
+        return rows
+
+    def _beir_pairs(self, split: str, root: Path | None) -> Split:
+        """The judged (query, document) pairs of a split, relevance as the label."""
+        beir = self._read_beir(split, root)
+        triples = [(q, d, score) for q, docs in beir.qrels.items() for d, score in docs.items()]
+        return Split(
+            texts=[beir.queries[q] for q, _, _ in triples],
+            texts_pair=[" ".join(part for part in beir.corpus[d] if part) for _, d, _ in triples],
+            labels=np.asarray([score for _, _, score in triples], dtype=np.float64 if self.is_regression else np.int64),
+            groups=np.asarray([q for q, _, _ in triples]),
+        )
 
     def _holdout_split(self, split: str, root) -> Split:
         """A deterministic split of a source split (e.g. QNLI, whose only labelled file is dev). With
@@ -323,12 +500,18 @@ class Task:
             texts_pair=[source.texts_pair[i] for i in idx] if source.texts_pair is not None else None,
         )
 
-    def _read_rows(self, path: Path) -> list[tuple[int, dict]]:
-        fmt = self.data.format
+    def _read_rows(
+        self, path: Path, fmt: str | None = None, fields: list | None = None, optional: list | None = None
+    ) -> list[tuple[int, dict]]:
+        """Rows of one file as (line number, {field: value}); `fmt`, `fields` and `optional` override the
+        task's data.format / data.fields / data.optional_fields for this file."""
+        fmt = fmt or self.data.format
         text = _read_text(path, self.data.encoding)
         if fmt == "jsonl":
             rows = []
-            for lineno, line in enumerate(text.splitlines(), 1):
+            # "\n" only: str.splitlines() also breaks at U+2028, U+0085 and others, which JSON strings
+            # may hold unescaped (IMDB reviews do)
+            for lineno, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     try:
                         rows.append((lineno, json.loads(line)))
@@ -349,8 +532,8 @@ class Task:
         quoting = csv.QUOTE_NONE if self.data.get("quoting", "none" if fmt == "tsv" else "minimal") == "none" else csv.QUOTE_MINIMAL
         reader = csv.reader(io.StringIO(text), delimiter=delimiter, quoting=quoting)
         header = self.data.header
-        fields = list(self.data.fields or [])
-        optional = list(self.data.optional_fields or [])
+        fields = list(fields if fields is not None else self.data.fields or [])
+        optional = list(optional if optional is not None else self.data.optional_fields or [])
         rows = []
         for record in reader:
             lineno = reader.line_num
@@ -361,6 +544,8 @@ class Task:
                 continue
             if header and lineno == 1:
                 continue
+            if not fields:
+                raise TaskError(f"{path}: a file without a header line needs data.fields (or its split entry's fields)")
             if not (len(fields) <= len(record) <= len(fields) + len(optional)):
                 expected = f"{len(fields)}" + (f" to {len(fields) + len(optional)}" if optional else "")
                 raise TaskError(
@@ -384,6 +569,10 @@ class Task:
                 if self.data.drop_unlabelled:
                     continue
                 raise TaskError(f"{where}:{lineno}: empty label in column {cols['label']!r} (set data.drop_unlabelled for unscored pairs)")
+            if self.data.drop_labels and str(raw_label) in {str(v) for v in self.data.drop_labels}:
+                continue
+            if cols.label_before is not None:
+                raw_label = str(raw_label).split(cols.label_before, 1)[0]
             text = str(row[cols["text"]]).strip()
             pair = str(row[cols["text_pair"]]).strip() if self.is_pair else None
             if not text or (self.is_pair and not pair):
@@ -441,12 +630,15 @@ class Task:
             raise TaskDataMissing(
                 f"task {self.name} ({self.source_file.name}): `labels: infer` needs the data root to read the train labels"
             )
-        root = folder / self.data.local
         out = []
+        dropped = {str(v) for v in self.data.drop_labels or []}
         for name in names:
-            files = self.splits[name]
-            for f in files if isinstance(files, list) else [files]:
-                out.extend(str(r[self.columns["label"]]).strip() for _, r in self._read_rows(root / f))
+            for entry in self._split_entries(name):
+                for _, r in self._entry_rows(entry, folder):
+                    value = str(r[self.columns["label"]]).strip()
+                    if value in dropped or (value == "" and self.data.drop_unlabelled):
+                        continue
+                    out.append(value.split(self.columns.label_before, 1)[0] if self.columns.label_before else value)
         return out
 
     def _label(self, raw, where: str, lineno: int, root: Path | None):
@@ -491,15 +683,45 @@ def _resolved_root(root: str | os.PathLike | None) -> Path | None:
         return None
 
 
+def _lines(text: str) -> list[str]:
+    """Lines split at "\n" only (text from _read_text has no "\r"), without the empty one after a final newline."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _zip_member(path: Path) -> tuple[Path, str] | None:
+    """(archive, member name) when `path` runs through a zip archive (`archive.zip/dir/file.txt`)."""
+    for parent in path.parents:
+        if parent.suffix == ".zip" and parent.is_file():
+            return parent, path.relative_to(parent).as_posix()
+    return None
+
+
+def _is_file(path: Path) -> bool:
+    if path.is_file():
+        return True
+    member = _zip_member(path)
+    if member is None:
+        return False
+    with zipfile.ZipFile(member[0]) as archive:
+        return member[1] in archive.namelist()
+
+
 def _read_text(path: Path, encoding: str) -> str:
     """Whole file as text with line ends normalised (SICK has CRLF). The default utf-8-sig drops the
-    BOM that MRPC's dev.tsv starts with."""
-    opener = lzma.open if path.name.endswith(".xz") else gzip.open if path.name.endswith(".gz") else open
+    BOM that MRPC's dev.tsv starts with. A path through a zip archive reads the member in place."""
     try:
-        with opener(path, "rt", encoding=encoding, newline="") as f:
-            return f.read().replace("\r\n", "\n").replace("\r", "\n")
+        member = None if path.is_file() else _zip_member(path)
+        if member is not None:
+            with zipfile.ZipFile(member[0]) as archive:
+                text = archive.read(member[1]).decode(encoding)
+        else:
+            opener = lzma.open if path.name.endswith(".xz") else gzip.open if path.name.endswith(".gz") else open
+            with opener(path, "rt", encoding=encoding, newline="") as f:
+                text = f.read()
     except UnicodeDecodeError as e:
         raise TaskError(f"{path}: not valid {encoding} at byte {e.start} (set data.encoding in the task file)") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -530,6 +752,7 @@ def parse_task_file(path: Path) -> Task:
         raise TaskError(f"{path}: target must be 'class' or 'score', got {spec['target']!r}")
     if not isinstance(spec["splits"], dict) or not spec["splits"]:
         raise TaskError(f"{path}: splits must map split names to files, got {spec['splits']!r}")
+    spec["splits"] = {name: _parse_split_files(files, path, name) for name, files in spec["splits"].items()}
     given = [key for key in SECTIONS if spec.get(key) is not None or key in REQUIRED]  # data: null is an error
     typed = {key: SECTIONS[key].parse(spec[key], path, key) for key in given}
     if spec["input"] == "pair" and typed["columns"].text_pair is None:
@@ -540,6 +763,22 @@ def parse_task_file(path: Path) -> Task:
 
 
 SECTIONS = {"data": DataSpec, "columns": ColumnsSpec, "holdout": HoldoutSpec, "mteb": MtebSpec}
+
+
+def _parse_split_files(files, path: Path, split: str) -> list:
+    """A split's value as a list of file names and SplitFileSpec entries."""
+    entries = files if isinstance(files, list) else [files]
+    if not entries:
+        raise TaskError(f"{path}: splits.{split} lists no file")
+    out = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, dict):
+            out.append(SplitFileSpec.parse(entry, path, f"splits.{split}" + (f"[{i}]" if isinstance(files, list) else "")))
+        elif isinstance(entry, str) and entry.strip():
+            out.append(entry)
+        else:
+            raise TaskError(f"{path}: splits.{split} entries must be file names or mappings (file/paste, ...), got {entry!r}")
+    return out
 
 
 def _read_task_yaml(path: Path) -> dict:

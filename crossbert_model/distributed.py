@@ -63,6 +63,14 @@ def all_reduce_sum(env: DistEnv, *values: float) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_sum_tensor(env: DistEnv, value: torch.Tensor) -> torch.Tensor:
+    """Sum over processes, on the device: nothing waits for the result until it is read."""
+    if env.enabled:
+        value = value.clone()
+        dist.all_reduce(value)
+    return value
+
+
 def wrap_model(model: torch.nn.Module, env: DistEnv, mode: str, block_types: tuple[type, ...]) -> torch.nn.Module:
     """DDP replicates the model; FSDP2 (`fully_shard`) shards each block, then the root."""
     if not env.enabled:

@@ -96,7 +96,8 @@ def pack_positions(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pack the True positions of each row, keeping their order.
 
     select: (N, T) bool. Returns (positions, valid), both (N, L) with L = max True count per row;
-    positions of invalid (padding) slots point at 0.
+    positions of invalid (padding) slots point at 0. L is read from the data (a host-device
+    synchronisation on an accelerator): the trainer packs on the host, see `pretraining_batch`.
     """
     n, t = select.shape
     arange = torch.arange(t, device=select.device)
@@ -107,10 +108,51 @@ def pack_positions(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions.masked_fill(~valid, 0), valid
 
 
+def none_if_all(valid: torch.Tensor) -> torch.Tensor | None:
+    """None for a mask with no False entry: the models then skip masking (SDPA's unmasked kernels)
+    and boolean indexing (a data-dependent shape, so a host-device synchronisation)."""
+    return None if bool(valid.all()) else valid
+
+
+def mlm_targets(labels: torch.Tensor) -> dict:
+    """Where the flat MLM predicts: the selected positions of each row, left-packed (B, L)."""
+    positions, valid = pack_positions(labels != -100)
+    return {"target_positions": positions, "target_valid": none_if_all(valid)}
+
+
+def crossbert_packing(visible: torch.Tensor, attention_mask: torch.Tensor | None) -> dict:
+    """The index tensors of a CrossBERT pass, shape (B, K, L): encoder input = the visible tokens of
+    each view, left-packed with their original positions; queries = its masked real tokens. A view
+    with no visible token (a sequence shorter than K) has nothing to predict from: no valid query."""
+    b, k, t = visible.shape
+    rows = visible.reshape(b * k, t)
+    real = torch.ones_like(rows) if attention_mask is None else attention_mask.bool().unsqueeze(1).expand(b, k, t).reshape(b * k, t)
+    enc_positions, enc_valid = pack_positions(rows)
+    query_positions, query_valid = pack_positions(real & ~rows)
+    query_valid = query_valid & enc_valid.any(dim=1, keepdim=True)
+
+    def views(x):
+        return x.reshape(b, k, -1)
+
+    return {
+        "encoder_positions": views(enc_positions),
+        "encoder_valid": none_if_all(views(enc_valid)),
+        "query_positions": views(query_positions),
+        "query_valid": none_if_all(views(query_valid)),
+    }
+
+
 def pretraining_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, generator: torch.Generator | None) -> dict:
-    """The model inputs of one pre-training step for `config.objective` (masks drawn from `generator`)."""
+    """The model inputs of one pre-training step for `config.objective` (masks drawn from `generator`).
+
+    Built on the host (CPU), where reading the data costs no synchronisation: every data-dependent
+    shape (how many tokens each view sees, how many each row predicts) is decided here, so the step
+    on an accelerator runs without waiting for the device. `attention_mask` is None when no row is
+    padded (packed pre-training sequences), and so are the validity masks when every row has the
+    same count (always, for packed sequences when K divides the length)."""
+    real = none_if_all(attention_mask.bool())
     if config.objective == "mlm":
-        return mlm_masking(
+        batch = mlm_masking(
             input_ids,
             attention_mask,
             mask_ratio=config.mask_ratio,
@@ -121,16 +163,17 @@ def pretraining_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, con
             mask_prob=config.mlm_mask_prob,
             random_prob=config.mlm_random_prob,
         )
+        return {**batch, "attention_mask": real, **mlm_targets(batch["labels"])}
     visible = crossbert_views(
         attention_mask, mask_ratio=config.mask_ratio, complementary=config.complementary_masking, generator=generator
     )
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "visible": visible}
+    return {"input_ids": input_ids, "attention_mask": real, "visible": visible, **crossbert_packing(visible, real)}
 
 
 def num_targets(batch: dict) -> int:
     """How many tokens the batch asks the model to predict (the loss normaliser)."""
     if "labels" in batch:
         return int((batch["labels"] != -100).sum())
-    visible = batch["visible"]
-    masked = batch["attention_mask"].bool().unsqueeze(1) & ~visible
-    return int((masked & visible.any(dim=-1, keepdim=True)).sum())
+    packing = batch if "query_positions" in batch else crossbert_packing(batch["visible"], batch.get("attention_mask"))
+    valid = packing["query_valid"]
+    return packing["query_positions"].numel() if valid is None else int(valid.sum())

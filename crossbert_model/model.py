@@ -26,7 +26,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput
 
 from .config import CrossBertConfig
-from .masking import pack_positions
+from .masking import crossbert_packing, mlm_targets
 
 
 def make_norm(config: CrossBertConfig, dim: int) -> nn.Module:
@@ -56,6 +56,24 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def key_mask_of(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The keys a query may attend to, or None for all. On the CPU, reading the mask costs nothing and
+    an all-ones mask takes SDPA's unmasked path; on an accelerator reading it would stall the step, so
+    a mask is used as given (the trainer passes None for unpadded batches)."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask.bool()
+    return None if mask.device.type == "cpu" and bool(mask.all()) else mask
+
+
+def select_rows(x: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """x[n, positions[n, l]] for every valid slot, flattened in row order: (num_valid, *x.shape[2:]).
+    With `valid` None (every slot valid) the shape is known in advance: no synchronisation."""
+    index = positions.view(*positions.shape, *([1] * (x.dim() - 2))).expand(*positions.shape, *x.shape[2:])
+    picked = torch.gather(x, 1, index)
+    return picked.flatten(0, 1) if valid is None else picked[valid]
 
 
 def _sdpa_key_mask(key_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -208,8 +226,7 @@ class CrossBertModel(CrossBertPreTrainedModel):
     ) -> BaseModelOutput:
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        # Fully unpadded batches (packed pre-training sequences) take SDPA's unmasked fast path.
-        key_mask = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()
+        key_mask = key_mask_of(attention_mask)  # None for unpadded batches: SDPA's unmasked (flash) path
         rope = self.rotary(position_ids)
         x = self.embeddings(input_ids)
         hidden_states = [x] if output_hidden_states else None
@@ -240,7 +257,7 @@ class PreTrainingOutput(ModelOutput):
 
 def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> PreTrainingOutput:
     loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
-    count = torch.tensor(labels.numel(), device=labels.device)
+    count = labels.new_full((), labels.numel())  # filled on the device: no host-to-device copy
     return PreTrainingOutput(loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, logits=logits, labels=labels)
 
 
@@ -274,13 +291,17 @@ class FlatMlmForPreTraining(CrossBertPreTrainedModel):
         self.head = MlmHead(config)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask, labels, **unused) -> PreTrainingOutput:
-        """input_ids: corrupted tokens (B, T); labels: original id at selected positions, -100 elsewhere."""
+    def forward(self, input_ids, attention_mask, labels, target_positions=None, target_valid=None, **unused) -> PreTrainingOutput:
+        """input_ids: corrupted tokens (B, T); labels: original id at selected positions, -100 elsewhere.
+        target_positions / target_valid: the selected positions left-packed (`masking.mlm_targets`);
+        computed here when not given (the trainer gives them, packed on the host)."""
+        if target_positions is None:
+            packed = mlm_targets(labels)
+            target_positions, target_valid = packed["target_positions"], packed["target_valid"]
         hidden = self.encoder(input_ids, attention_mask=attention_mask).last_hidden_state
-        selected = labels != -100
         # Vocabulary logits only where there is something to predict (15% of tokens by default).
-        logits = self.head(hidden[selected], self.encoder.embeddings.weight)
-        return _masked_lm_loss(logits, labels[selected])
+        logits = self.head(select_rows(hidden, target_positions, target_valid), self.encoder.embeddings.weight)
+        return _masked_lm_loss(logits, select_rows(labels, target_positions, target_valid))
 
 
 class Predictor(nn.Module):
@@ -299,10 +320,9 @@ class Predictor(nn.Module):
         n, q = query_positions.shape
         queries = self.mask_embedding.to(context.dtype).expand(n, q, -1)
         rope_q, rope_k = self.rotary(query_positions), self.rotary(context_positions)
-        key_mask = None if bool(context_valid.all()) else context_valid
         for layer in self.layers:
-            queries = layer(queries, rope_q, context, rope_k, key_mask)
-        out = self.out_proj(self.norm(queries[query_valid]))
+            queries = layer(queries, rope_q, context, rope_k, key_mask_of(context_valid))
+        out = self.out_proj(self.norm(queries.flatten(0, 1) if query_valid is None else queries[query_valid]))
         return F.linear(out, embedding_weight, self.decoder_bias)
 
 
@@ -314,28 +334,31 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
         self.predictor = Predictor(config)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask, visible, **unused) -> PreTrainingOutput:
-        """input_ids, attention_mask: (B, T), never corrupted. visible: (B, K, T) bool, one row per view
-        (see `masking.crossbert_views`). The K views of a sequence run as K rows of one batched pass."""
+    def forward(self, input_ids, attention_mask, visible, encoder_positions=None, encoder_valid=None,
+                query_positions=None, query_valid=None, **unused) -> PreTrainingOutput:  # fmt: skip
+        """input_ids, attention_mask: (B, T), never corrupted (attention_mask None: no padding).
+        visible: (B, K, T) bool, one row per view (see `masking.crossbert_views`). The K views of a
+        sequence run as K rows of one batched pass. The (B, K, L) index tensors of
+        `masking.crossbert_packing` are computed here when not given (the trainer packs on the host)."""
         b, k, t = visible.shape
-        ids = input_ids.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
-        visible = visible.reshape(b * k, t)
-        masked = attention_mask.bool().unsqueeze(1).expand(b, k, t).reshape(b * k, t) & ~visible
+        if encoder_positions is None:
+            packed = crossbert_packing(visible, attention_mask)
+            encoder_positions, encoder_valid = packed["encoder_positions"], packed["encoder_valid"]
+            query_positions, query_valid = packed["query_positions"], packed["query_valid"]
 
+        def rows(x):  # (B, K, L) -> (B * K, L): a view is one row
+            return None if x is None else x.reshape(b * k, -1)
+
+        enc_positions, enc_valid, query_positions, query_valid = map(rows, (encoder_positions, encoder_valid, query_positions, query_valid))
+        ids = input_ids.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
         # Encoder input: the visible tokens only, left-packed, with their original positions.
-        enc_positions, enc_valid = pack_positions(visible)
         context = self.encoder(
             torch.gather(ids, 1, enc_positions), attention_mask=enc_valid, position_ids=enc_positions
         ).last_hidden_state
-
-        query_positions, query_valid = pack_positions(masked)
-        # A view with no visible token (a sequence shorter than K) has nothing to predict from.
-        query_valid = query_valid & enc_valid.any(dim=1, keepdim=True)
         logits = self.predictor(
             context, enc_positions, enc_valid, query_positions, query_valid, self.encoder.embeddings.weight
         )
-        labels = torch.gather(ids, 1, query_positions)[query_valid]
-        return _masked_lm_loss(logits, labels)
+        return _masked_lm_loss(logits, select_rows(ids, query_positions, query_valid))
 
 
 PRETRAINING_CLASSES = {"mlm": FlatMlmForPreTraining, "crossbert": CrossBertForPreTraining}

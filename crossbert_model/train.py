@@ -14,12 +14,20 @@ resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient 
 whose loss is above `divergence_threshold`, stops the run before the update, and a diverged model is
 never checkpointed; `resume_allow_changes=[optim.lr]` continues from the latest checkpoint with
 another learning rate, recorded in run_info.json.
+
+On an accelerator the step never waits for the device: batches and masks are prepared on the host,
+ahead, on pinned memory, with every data-dependent shape decided there (`masking.pretraining_batch`);
+the loss and gradient norm stay on the device and are read only every `log_every` steps, at
+evaluations and checkpoints, where the divergence check then runs (a diverged model is still never
+checkpointed). On the CPU reading costs nothing, so they are read and checked at every step.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -27,8 +35,10 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -110,6 +120,10 @@ class TrainConfig:
     distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
     num_threads: int | None = None
     peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
+    # torch.compile the training forward (the saved model is the same). Off by default: on a 2-core CPU it
+    # costs 40-66 s of compilation per model for runs of minutes (bench/cpu_speedups.py), and on GPUs it is
+    # measured by bench/gpu_check.py before it becomes a default there.
+    compile: bool = False
     # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
     # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
     resume_allow_changes: list[str] = field(default_factory=list)
@@ -131,7 +145,7 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes",
+    "resume_allow_changes", "compile", "data.num_workers",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
@@ -325,12 +339,13 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(state)
 
 
-def make_optimizer(model: torch.nn.Module, o: OptimArgs) -> torch.optim.AdamW:
+def make_optimizer(model: torch.nn.Module, o: OptimArgs, device: torch.device = torch.device("cpu")) -> torch.optim.AdamW:
     # No weight decay on norms, biases and the mask embedding (all 1-D), as in BERT / GPT-2.
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
+    # One fused kernel for the whole update on CUDA; the CPU keeps the default (foreach) implementation.
+    return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=device.type == "cuda")
 
 
 def read_saved_config(run_dir: Path) -> dict | None:
@@ -386,11 +401,28 @@ def resolve_run_precision(cfg: TrainConfig, device: torch.device) -> dict:
 
 
 def slice_batch(batch: dict, start: int, stop: int) -> dict:
-    return {k: v[start:stop] for k, v in batch.items()}
+    return {k: None if v is None else v[start:stop] for k, v in batch.items()}
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: None if v is None else v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def pinned(batch: dict) -> dict:
+    """Page-locked host memory: the copy to the GPU is asynchronous and overlaps the running step."""
+    return {k: None if v is None else v.pin_memory() for k, v in batch.items()}
+
+
+def prepared_ahead(make: Callable[[int], dict], steps: Iterable[int], depth: int = 2) -> Iterator[dict]:
+    """make(step) for each step, computed `depth` steps ahead by one background thread, so that reading
+    the corpus and drawing masks overlap the device's work on the current step."""
+    steps = iter(steps)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches") as pool:
+        pending = collections.deque(pool.submit(make, s) for s in itertools.islice(steps, depth))
+        while pending:
+            batch = pending.popleft().result()
+            pending.extend(pool.submit(make, s) for s in itertools.islice(steps, 1))
+            yield batch
 
 
 class Trainer:
@@ -426,7 +458,11 @@ class Trainer:
         model = pretraining_model_for(self.model_config).to(self.env.device)
         self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock))
         self.hf_model = D.unwrap(self.model)
-        self.optimizer = make_optimizer(self.model, cfg.optim)
+        self.optimizer = make_optimizer(self.model, cfg.optim, self.env.device)
+        # The module that runs the step: compiled or not, it shares its parameters with self.model.
+        self.step_model = torch.compile(self.model) if cfg.compile else self.model
+        # On the CPU a read costs nothing: check every step. Elsewhere, only at logging points.
+        self.read_every_step = self.env.device.type == "cpu"
         self.sampler = EpochSampler(len(self.data.train), cfg.seed)
         self.flops_per_token = training_flops_per_token(self.model_config, cfg.data.seq_len)
         dtype_name = "bfloat16" if self.amp_dtype else "float32"
@@ -518,37 +554,47 @@ class Trainer:
 
     # -- one step ----------------------------------------------------------------------------------
 
-    def global_batch(self, step: int, generator: torch.Generator) -> dict:
+    def host_batch(self, step: int) -> dict:
+        """The whole global batch of `step`, masks and packing included, on the host (pinned for a GPU)."""
         ids = self.data.train.get(self.sampler.indices(step, self.cfg.batch_size))
-        return pretraining_batch(ids, torch.ones_like(ids), self.model_config, generator)
+        batch = pretraining_batch(ids, torch.ones_like(ids), self.model_config, step_generator(self.cfg.seed, step))
+        targets = num_targets(batch)
+        return {**(pinned(batch) if self.env.device.type == "cuda" else batch), "targets": targets}
+
+    def host_batches(self, start: int) -> Iterator[dict]:
+        steps = range(start, self.total_steps)
+        if self.env.device.type == "cpu":  # a thread would only compete with the step for the cores
+            return map(self.host_batch, steps)
+        return prepared_ahead(self.host_batch, steps)
 
     def _autocast(self):
         return torch.autocast(self.env.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
 
-    def train_step(self, step: int) -> dict:
+    def train_step(self, step: int, batch: dict, read: bool = True) -> dict:
+        """One optimizer step on `batch` (from `host_batch`). Loss and gradient norm come back as device
+        tensors; with `read` false (on an accelerator, between logging points) nothing waits for them."""
         cfg, env = self.cfg, self.env
         lr = lr_at(step, self.total_steps, cfg.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        batch = self.global_batch(step, step_generator(cfg.seed, step))
-        targets = num_targets(batch)
+        targets = batch.pop("targets")
         per_rank = cfg.batch_size // env.world_size
         local = slice_batch(batch, env.rank * per_rank, (env.rank + 1) * per_rank)
         micro = per_rank // cfg.grad_accum
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=env.device)
         for i in range(cfg.grad_accum):
             part = to_device(slice_batch(local, i * micro, (i + 1) * micro), env.device)
             sync = i == cfg.grad_accum - 1
             context = self.model.no_sync() if (not sync and hasattr(self.model, "no_sync")) else contextlib.nullcontext()
             with context, self._autocast():
-                out = self.model(**part)
+                out = self.step_model(**part)
             # DDP averages gradients over ranks: scale so that the result is sum / global count.
             (out.loss_sum * (env.world_size / targets)).backward()
-            loss_sum += float(out.loss_sum.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
-        (loss_sum,) = D.all_reduce_sum(env, loss_sum)
-        loss = loss_sum / targets
-        self._check_divergence(step, loss, grad_norm)  # before the update: the model stays as it was
+            loss_sum += out.loss_sum.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        loss = D.all_reduce_sum_tensor(env, loss_sum) / targets
+        if read or self.read_every_step:
+            self._check_divergence(step, float(loss), float(grad_norm))  # before the update: the model stays as it was
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "targets": targets}
@@ -702,13 +748,17 @@ class Trainer:
                 append_jsonl(self.run_dir / "metrics.jsonl", [{"step": 0, "corpus_tokens": 0, **initial}])
         window_start, window_tokens = time.perf_counter(), 0
         progress_every = max(cfg.log_every, (self.total_steps // 20) // cfg.log_every * cfg.log_every)
-        for step in range(self.start_step, self.total_steps):
-            out = self.train_step(step)
+        for step, batch in zip(range(self.start_step, self.total_steps), self.host_batches(self.start_step)):
             done = step + 1
+            checkpoint = self._should_checkpoint(done)
+            evaluate = bool(cfg.eval_every and done % cfg.eval_every == 0) or checkpoint
+            log_now = done % cfg.log_every == 0 or done == self.total_steps
+            out = self.train_step(step, batch, read=log_now or evaluate)
             window_tokens += cfg.batch_size * cfg.data.seq_len
             bar.update(1)
             row = None
-            if done % cfg.log_every == 0 or done == self.total_steps:
+            if log_now:
+                out = {k: float(v) if torch.is_tensor(v) else v for k, v in out.items()}
                 elapsed = time.perf_counter() - window_start
                 tps = window_tokens / elapsed
                 row = {
@@ -725,9 +775,8 @@ class Trainer:
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{row['mfu']:.1%}")
                 if bar.disable and env.is_main and done % progress_every == 0:  # no terminal: log lines instead
                     log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%%", done, self.total_steps, out["loss"], out["lr"], f"{tps:,.0f}", 100 * row["mfu"])
-            checkpoint = self._should_checkpoint(done)
             # every checkpoint carries its validation loss (the sweep tables join probe scores with it)
-            val = self.evaluate() if ((cfg.eval_every and done % cfg.eval_every == 0) or checkpoint) else {}
+            val = self.evaluate() if evaluate else {}
             if val:
                 row = {**(row or {"step": done}), **val}
                 bar.write(f"step {done}: val_loss {val['val_loss']:.4f} (ppl {val['val_ppl']:.1f})") if env.is_main else None

@@ -14,12 +14,18 @@ EXPECTED = {
     ("CoLA", "train"): 8551, ("CoLA", "validation"): 1043, ("SST-2", "train"): 67349, ("SST-2", "validation"): 872,
     ("SST-2", "test"): 1821, ("MRPC", "validation"): 408, ("RTE", "train"): 2490, ("RTE", "validation"): 277,
     ("WNLI", "train"): 635, ("WNLI", "validation"): 71, ("QNLI", "validation"): 5463, ("STS-B", "train"): 5749,
-    ("STS-B", "validation"): 1500, ("STSBenchmark", "test"): 1379, ("SICK-R", "test"): 9840, ("STS12", "test"): 2358,
+    ("STS-B", "validation"): 1500, ("STSBenchmark", "test"): 1379, ("SICK-R", "test"): 9840, ("STS12", "test"): 3108,
     ("STS13", "test"): 1500, ("STS14", "test"): 3750, ("STS15", "test"): 3000, ("STS16", "test"): 1186,
     ("TREC", "train"): 5452, ("TREC", "test"): 500, ("Banking77Classification", "train"): 10003,
     ("Banking77Classification", "test"): 3080, ("EmotionClassification", "train"): 16000,
     ("EmotionClassification", "test"): 2000, ("TweetSentimentExtractionClassification", "test"): 3534,
     ("AmazonCounterfactualClassification", "train"): 4018, ("AmazonCounterfactualClassification", "test"): 670,
+    ("STS17", "test"): 250, ("BIOSSES", "test"): 100, ("MassiveIntentClassification", "train"): 11514,
+    ("MassiveIntentClassification", "validation"): 2033, ("MassiveIntentClassification", "test"): 2974,
+    ("MassiveScenarioClassification", "train"): 11514, ("MassiveScenarioClassification", "validation"): 2033,
+    ("MassiveScenarioClassification", "test"): 2974, ("ImdbClassification", "train"): 25000, ("ImdbClassification", "test"): 25000,
+    ("SciFact", "train"): 919, ("SciFact", "test"): 339,  # judged (claim, abstract) pairs: the qrels rows
+    ("TwitterURLCorpus-lowercasedtrain", "train"): 42200, ("TwitterURLCorpus-lowercasedtrain", "test"): 9334,
 }  # fmt: skip
 
 
@@ -152,17 +158,17 @@ def test_every_task_file_loads_with_typed_sections():
     "old,new,message",
     [
         ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tsv, heder: true}",
-         r"Toy.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled$"),
+         r"Toy.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, corpus, queries$"),
         ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, hub: {path: x, nmae: y}}",
          r"Toy.yaml: unknown key data.hub.nmae; valid keys under data.hub: path, name, revision, splits, columns$"),
         ("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, lable: x}",
-         r"Toy.yaml: unknown key columns.lable; valid keys under columns: text, text_pair, label, group$"),
+         r"Toy.yaml: unknown key columns.lable; valid keys under columns: text, text_pair, label, group, label_before$"),
         ("labels: [0, 1]", "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, sede: 1}",
          r"Toy.yaml: unknown key holdout.sede; valid keys under holdout: source, train, test, test_fraction, seed, group$"),
         ("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_split: [test]}",
-         r"Toy.yaml: unknown key mteb.eval_split; valid keys under mteb: type, eval_splits, train_split, subset, seed, .*max_score$"),
+         r"Toy.yaml: unknown key mteb.eval_split; valid keys under mteb: type, eval_splits, train_split, subset, seed, .*max_score, variant_of, data_differs, from_splits$"),
         ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tab}",
-         r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, got 'tab'"),
+         r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, beir, got 'tab'"),
         ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, header: 'no'}",
          r"Toy.yaml: data.header must be true or false, got 'no'"),
         ("labels: [0, 1]", "labels: [0, 1]\nmteb: {eval_splits: [test]}", r"Toy.yaml: missing key mteb.type"),
@@ -231,7 +237,8 @@ def test_a_broken_file_leaves_other_tasks_usable(tasks_with_broken_files):
     broken = broken_tasks()
     assert sorted(broken) == ["Garbled", "STS13"]
     assert broken["STS13"].endswith("STS13.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, "
-                                     "fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled")  # fmt: skip
+                                     "fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, "
+                                     "corpus, queries")  # fmt: skip
     assert "Garbled.yaml:2: not valid YAML" in broken["Garbled"] and "\n" not in broken["Garbled"]
 
 
@@ -261,3 +268,146 @@ def test_a_duplicate_name_makes_that_name_broken_not_the_others(tasks_with_broke
     with pytest.raises(TaskError, match=r"TREC2.yaml: task name 'TREC' is also defined in .*TREC.yaml"):
         get_task("TREC")
     assert get_task("STS14").name == "STS14"
+
+
+# ------------------------------------------------------------------------------------------------
+# The sets of issue 14: what MANIFEST.md says beyond the split counts
+# ------------------------------------------------------------------------------------------------
+
+
+def test_sts12_is_complete_with_msrvid_from_stsbenchmark(real_data_root):
+    """MTEB's STS12 is 3,108 pairs; MSRvid's 750 are the stsbenchmark rows with file MSRvid, year 2012test."""
+    task = get_task("STS12")
+    assert len(task.load_split("test", real_data_root)) == 3108 and not task.mteb.get("partial")
+    msrvid = [row for entry in task.splits["test"] if not isinstance(entry, str) for _, row in task._entry_rows(entry, real_data_root)]
+    assert len(msrvid) == 750 and {(r["file"], r["year"]) for r in msrvid} == {("MSRvid", "2012test")}
+
+
+def test_new_sets_match_the_manifest_beyond_counts(real_data_root):
+    intent, scenario = get_task("MassiveIntentClassification"), get_task("MassiveScenarioClassification")
+    assert intent.class_count(real_data_root) == 60 and scenario.class_count(real_data_root) == 18
+    assert "alarm" in scenario.label_mapping(real_data_root) and "alarm_set" in intent.label_mapping(real_data_root)
+    twitter = get_task("TwitterURLCorpus-lowercasedtrain")
+    train, test = (twitter.load_split(s, real_data_root) for s in ("train", "test"))
+    assert len(train) + len(test) == 51534  # MTEB's TwitterURLCorpus test: original train + test
+    assert twitter.mteb["variant_of"] == "TwitterURLCorpus" and twitter.name != "TwitterURLCorpus"
+    assert all(t == t.lower() for t in train.texts[:500]) and any(t != t.lower() for t in test.texts[:500])
+    scifact = get_task("SciFact").load_beir("test", real_data_root)
+    assert (len(scifact.corpus), len(scifact.queries), sum(map(len, scifact.qrels.values()))) == (5183, 300, 339)
+    assert len(get_task("SciFact").load_beir("train", real_data_root).queries) == 809
+
+
+def test_imdb_reviews_keep_line_separators_inside_json_strings(real_data_root):
+    """IMDB texts hold U+0085 / U+2028: jsonl lines split at "\\n" only, so every review parses whole."""
+    split = get_task("ImdbClassification").load_split("test", real_data_root)
+    assert len(split) == 25000 and np.bincount(split.labels).tolist() == [12500, 12500]
+    assert max(len(t) for t in split.texts) > 10000  # long documents, unchanged
+
+
+PASTE = """
+name: Paste
+family: sts
+input: pair
+target: score
+metrics: [cosine_spearman]
+data: {local: toy, format: tsv, header: false}
+splits: {test: {paste: [pairs.zip/in/pairs.txt, gold.txt], fields: [s1, s2, score]}}
+columns: {text: s1, text_pair: s2, label: score}
+train_split: null
+eval_split: test
+"""
+
+
+def _zip(folder, name: str, members: dict[str, str]) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(folder / name, "w") as archive:
+        for member, text in members.items():
+            archive.writestr(member, text)
+
+
+def test_pasted_files_read_side_by_side_and_zip_members_in_place(tmp_path):
+    task, root = _task_file(tmp_path, PASTE, {"gold.txt": "1.5\n4\n"})
+    _zip(root / "toy", "pairs.zip", {"in/pairs.txt": "a cat\ta dog\nrain\tsnow\n"})
+    split = task.load_split("test", root)
+    assert split.texts == ["a cat", "rain"] and split.texts_pair == ["a dog", "snow"] and split.labels.tolist() == [1.5, 4.0]
+
+
+@pytest.mark.parametrize(
+    "gold,pairs,message",
+    [
+        ("1.5\n", "a\tb\nc\td\n", r"gold.txt: 1 lines, but .*pairs.zip/in/pairs.txt has 2; pasted files need one line per example"),
+        ("1.5\n2\n", "a\tb\tc\nc\td\n", r"pairs.zip/in/pairs.txt, .*gold.txt: line 1: expected 3 fields \(s1, s2, score\), got 4"),
+    ],
+)  # fmt: skip
+def test_pasted_files_that_do_not_line_up_name_the_files(tmp_path, gold, pairs, message):
+    task, root = _task_file(tmp_path, PASTE, {"gold.txt": gold})
+    _zip(root / "toy", "pairs.zip", {"in/pairs.txt": pairs})
+    with pytest.raises(TaskError, match=message):
+        task.load_split("test", root)
+
+
+def test_a_missing_zip_member_is_missing_data_naming_it(tmp_path):
+    task, root = _task_file(tmp_path, PASTE, {"gold.txt": "1\n"})
+    _zip(root / "toy", "pairs.zip", {"in/other.txt": "a\tb\n"})
+    with pytest.raises(TaskDataMissing, match=r"looked for .*toy/pairs.zip/in/pairs.txt"):
+        task.load_split("test", root)
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ("{file: a.tsv, paste: [a.tsv, b.tsv]}", r"Toy.yaml: splits.train needs exactly one of `file` \(one file\) or `paste`"),
+        ("{paste: [a.tsv]}", r"Toy.yaml: splits.train.paste must list two or more files, got \['a.tsv'\]"),
+        ("[train.tsv, {file: b.tsv, slect: {a: 1}}]", r"Toy.yaml: unknown key splits.train\[1\].slect; valid keys under "
+                                                     r"splits.train\[1\]: file, paste, folder, fields, optional_fields, select$"),
+        ("[train.tsv, 3]", r"Toy.yaml: splits.train entries must be file names or mappings \(file/paste, ...\), got 3"),
+    ],
+)  # fmt: skip
+def test_split_file_entry_mistakes_name_file_and_key(tmp_path, entry, message):
+    with pytest.raises(TaskError, match=message):
+        _task_file(tmp_path, TOY.replace("train: train.tsv,", f"train: {entry},"), {})
+
+
+def test_select_keeps_matching_rows_and_drop_labels_and_label_before(tmp_path):
+    body = TOY.replace("train: train.tsv,", "train: {file: train.tsv, select: {source: keep}},").replace(
+        "data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tsv, header: true, drop_labels: [x_skip]}"
+    ).replace("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, label_before: _}")
+    body = body.replace("labels: [0, 1]", "labels: infer")
+    rows = "sentence\tlabel\tsource\na\tpos_1\tkeep\nb\tneg_2\tkeep\nc\tpos_3\tdrop\nd\tx_skip\tkeep\n"
+    task, root = _task_file(tmp_path, body, {"train.tsv": rows, "dev.tsv": "sentence\tlabel\tsource\n"})
+    split = task.load_split("train", root)
+    assert split.texts == ["a", "b"] and task.label_mapping(root) == {"neg": 0, "pos": 1} and split.labels.tolist() == [1, 0]
+    bad = body.replace("select: {source: keep}", "select: {sorce: keep}")
+    (tmp_path / "Toy.yaml").write_text(bad)
+    with pytest.raises(TaskError, match=r"train.tsv: select field 'sorce' is not a field of this file \(sentence, label, source\)"):
+        parse_task_file(tmp_path / "Toy.yaml").load_split("train", root)
+
+
+BEIR = """
+name: ToyRetrieval
+family: retrieval
+input: pair
+target: score
+metrics: [ndcg_at_10]
+data: {local: toy, format: beir, corpus: corpus.jsonl, queries: queries.jsonl}
+splits: {test: qrels.tsv}
+columns: {text: query-id, text_pair: corpus-id, label: score}
+train_split: null
+eval_split: test
+"""
+
+
+def test_beir_qrels_naming_an_unknown_document_is_an_error_with_its_line(tmp_path):
+    corpus = '{"_id": "d1", "title": "T", "text": "doc one"}\n'
+    queries = '{"_id": "q1", "text": "query one"}\n{"_id": "q2", "text": "unjudged"}\n'
+    task, root = _task_file(tmp_path, BEIR, {"corpus.jsonl": corpus, "queries.jsonl": queries, "qrels.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n"})
+    beir = task.load_beir("test", root)
+    assert beir.queries == {"q1": "query one"} and beir.qrels == {"q1": {"d1": 1}} and beir.corpus == {"d1": ("T", "doc one")}
+    assert task.load_split("test", root).texts_pair == ["T doc one"]
+    (root / "toy" / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n")
+    task, _ = parse_task_file(tmp_path / "Toy.yaml"), None
+    with pytest.raises(TaskError, match=r"qrels.tsv:3: corpus-id 'd9' is not in .*toy/corpus.jsonl"):
+        task.load_beir("test", root)
+    with pytest.raises(TaskError, match=r"data.format beir needs data.corpus and data.queries"):
+        _task_file(tmp_path / "other", BEIR.replace(", corpus: corpus.jsonl", ""), {})
