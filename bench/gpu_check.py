@@ -244,7 +244,7 @@ def short_runs(args, tokenizer_ids: dict, stream: np.ndarray, device, clock) -> 
 
 
 def feature_extraction(args, tokenizer, stream_texts: list[str], device) -> dict:
-    """Frozen encoder, bf16, mean pooling over the real tokens of padded sentence batches."""
+    """Frozen encoder (bf16 autocast on a GPU, fp32 on a CPU), mean pooling over the real tokens of padded sentence batches."""
     preset = args.run_shape[0]
     config = config_from_preset(preset, objective="crossbert", **special_token_config(tokenizer))
     encoder = pretraining_model_for(config).encoder.to(device).eval()

@@ -20,7 +20,6 @@ by a killed writer is cut off first), so the file always parses.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import logging
@@ -35,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.utils import append_jsonl, atomic_write_text, provenance, read_jsonl, stable_hash
+from crossbert_model.utils import append_jsonl, atomic_write_text, exclusive_lock, provenance, read_jsonl, stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +107,8 @@ class ResultsStore:
     def _locked(self) -> Iterator[None]:
         """Exclusive lock on the store: claims and the done-check-then-append are atomic across processes."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / LOCK_FILE, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(self.folder / LOCK_FILE):
+            yield
 
     def claim(self, key: str) -> str:
         """CLAIMED (compute it), DONE (already in the store) or BUSY (a live process holds it)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import fcntl
 import functools
 import gzip
 import io
@@ -42,7 +41,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .utils import append_jsonl, atomic_path, atomic_write_json, expand_data_path, read_jsonl, stable_hash
+from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, read_jsonl, stable_hash
 from .errors import CrossbertError
 
 log = logging.getLogger(__name__)
@@ -663,21 +662,6 @@ def _finished_shards(out: Path, dtype: np.dtype) -> dict[int, dict]:
     return done
 
 
-@contextlib.contextmanager
-def _exclusive(lock_file: Path) -> Iterator[None]:
-    """One tokenizer per token folder: another process waits, then finds the folder complete."""
-    with open(lock_file, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process that is tokenizing into %s", lock_file.parent)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES, shard_blocks: int = SHARD_BLOCKS) -> Path:
     """Tokenize the corpus once, on data.num_workers processes, into sharded token files + meta.json
     (see the comment above `BLOCK_BYTES`); return that folder. A killed run resumes where it stopped."""
@@ -694,7 +678,7 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
         return out
     workers = tokenizer_workers(args)
     out.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out / ".lock"):
+    with exclusive_lock(out / ".lock", waiting=f"waiting for another process that is tokenizing into {out}"):
         if (out / "meta.json").exists():  # tokenized by another process while this one waited
             return out
         dtype = np.dtype(np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.uint32)

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -146,6 +147,23 @@ def append_jsonl(path: str | os.PathLike, rows: list[dict], default=str) -> None
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path, waiting: str | None = None) -> Iterator[None]:
+    """An exclusive advisory lock on `lock_file` across processes (created if missing). `waiting`: a
+    message logged when another process holds it and this one has to wait."""
+    with open(lock_file, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                logging.getLogger(__name__).info(waiting)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
