@@ -240,6 +240,7 @@ class ProbeRunner:
                 out = self._fit(task, probe, train, train_x, split, eval_x, (layer, pooling))
                 seconds = time.perf_counter() - started
                 unit_rows = self._rows(task, split_name, probe, layer, pooling, key, split, train, out, seconds)
+                self.store.save_predictions(key, split.labels, out.predictions)  # before its rows: a row implies them
                 rows.extend(self.store.append(unit_rows))  # [] when another run wrote it first
             finally:  # done or failed, the unit is no longer ours (a failed one is free for the next run)
                 self.store.release(key)

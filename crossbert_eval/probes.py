@@ -161,21 +161,43 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
     return np.bincount(flat, minlength=resamples * n).reshape(resamples, n)
 
 
-def bootstrap_ci(
-    metric: str, y_true, y_pred, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI, seed: int = BOOTSTRAP_SEED
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of score(metric, y_true, y_pred) over the evaluation examples.
-    Resamples where the metric is undefined (a constant side of a correlation) are left out."""
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+def _resampled_values(metric: str, y_true: np.ndarray, y_pred: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """score(metric) on each bootstrap resample of the evaluation examples. The resamples depend only on
+    (seed, number of examples), so two predictions of one evaluation set are scored on the same resamples."""
     rng = np.random.default_rng(seed)
     values = []
     for start in range(0, resamples, BOOTSTRAP_CHUNK):
         counts = bootstrap_counts(len(y_true), min(BOOTSTRAP_CHUNK, resamples - start), rng)
         values.append(resampled_scores(metric, y_true, y_pred, counts))
-    values = np.concatenate(values)
+    return np.concatenate(values)
+
+
+def _percentile_interval(values: np.ndarray, ci: float) -> tuple[float, float]:
     values = values[np.isfinite(values)]
     if not len(values):
         return float("nan"), float("nan")
     tail = 100 * (1 - ci) / 2
     low, high = np.percentile(values, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def bootstrap_ci(
+    metric: str, y_true, y_pred, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of score(metric, y_true, y_pred) over the evaluation examples.
+    Resamples where the metric is undefined (a constant side of a correlation) are left out."""
+    return _percentile_interval(_resampled_values(metric, np.asarray(y_true), np.asarray(y_pred), resamples, seed), ci)
+
+
+def bootstrap_diff_ci(
+    metric: str, y_true, pred_a, pred_b, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:  # fmt: skip
+    """Paired percentile bootstrap interval of score(b) - score(a), both scored on the same resamples of the
+    same evaluation examples (Koehn 2004). Two probes of one model on one task (two layers, say) err on
+    many of the same examples; the paired interval cancels that shared part, which comparing the two
+    separate intervals for overlap does not, so it separates differences that the overlap test cannot."""
+    y_true = np.asarray(y_true)
+    a = _resampled_values(metric, y_true, np.asarray(pred_a), resamples, seed)
+    b = _resampled_values(metric, y_true, np.asarray(pred_b), resamples, seed)
+    return _percentile_interval(b - a, ci)

@@ -23,7 +23,7 @@ from crossbert_model.errors import CrossbertError
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS, SHARED_LOSS_R50
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
-from .results import RESULTS_FILE, duplicate_units, normalise_row
+from .results import RESULTS_FILE, ResultsStore, duplicate_units, normalise_row
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
         results = results[results["probe"] != GEOMETRY_PROBE]
     keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value",
-            "is_main", "ci_low", "ci_high"]  # fmt: skip
+            "is_main", "ci_low", "ci_high", "unit"]  # fmt: skip
     results = results[[c for c in keep if c in results.columns]]
     if results.empty:
         return pd.DataFrame()
@@ -139,10 +139,13 @@ def by_size(summary: pd.DataFrame) -> pd.DataFrame:
 #   3 or more seeds: mean +- std over seeds (ddof=1);
 #   2 seeds: min-max (a std of two values is their half-difference times sqrt(2): too optimistic);
 #   1 seed: the row's bootstrap interval (probes.BOOTSTRAP_CI over evaluation examples), when it has one.
-# A difference is called larger than the noise when the two intervals do not overlap.
+# A difference is called larger than the noise when the two intervals do not overlap, except for two 1-seed
+# scores on one evaluation set whose predictions the store kept: there the paired bootstrap interval of the
+# difference (probes.bootstrap_diff_ci) decides, beyond noise when it excludes 0.
 MIN_SEEDS_FOR_STD = 3
 BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
          "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
+PAIRED = "paired bootstrap 95% interval of the difference (1 seed)"
 
 
 def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
@@ -218,31 +221,74 @@ def _pair_up(bands: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.Da
     return left.join(right, how="inner").reset_index()
 
 
-def comparisons(scores: pd.DataFrame, reference: str = "mlm") -> pd.DataFrame:
+def _with_units(pairs: pd.DataFrame, rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
+    """a_unit / b_unit / metric: the one result row behind each side of a pair, where it is one row (one
+    seed, one pooling); what a paired comparison needs."""
+    if "unit" not in rows.columns or pairs.empty:
+        return pairs
+    groups = rows.groupby([*keys, side_col], dropna=False)
+    single = groups[["unit", "metric"]].first()[groups.size() == 1]
+    out = pairs.copy()
+    for side, value in (("a", a), ("b", b)):
+        found = [single.loc[k] if k in single.index else None for k in (tuple(r[keys]) + (value,) for _, r in pairs.iterrows())]
+        out[f"{side}_unit"] = [f["unit"] if f is not None else None for f in found]
+        if side == "a":  # both sides: the same task and probe, so the same main metric
+            out["metric"] = [f["metric"] if f is not None else None for f in found]
+    return out
+
+
+def paired_verdicts(table: pd.DataFrame, predictions) -> pd.DataFrame:
+    """Re-judge each pair of two 1-seed scores whose predictions on one evaluation set were kept
+    (`predictions(unit)` -> (labels, predictions) or None) by the paired bootstrap interval of the
+    difference, in points: diff_ci_low / diff_ci_high; beyond noise when it excludes 0."""
+    out = table.copy()
+    out["diff_ci_low"], out["diff_ci_high"] = np.nan, np.nan
+    if predictions is None or "a_unit" not in out.columns:
+        return out
+    from .probes import bootstrap_diff_ci  # here: probes imports FAISS and scikit-learn, which a report rarely needs
+
+    for i, row in out.iterrows():
+        if row["a_seeds"] != 1 or row["b_seeds"] != 1 or pd.isna(row["a_unit"]) or pd.isna(row["b_unit"]):
+            continue
+        a, b = predictions(row["a_unit"]), predictions(row["b_unit"])
+        if a is None or b is None or not np.array_equal(a[0], b[0]):
+            continue
+        low, high = bootstrap_diff_ci(row["metric"], a[0], a[1], b[1])
+        out.loc[i, ["diff_ci_low", "diff_ci_high", "noise"]] = 100 * low, 100 * high, PAIRED
+        out.loc[i, "verdict"] = "beyond noise" if low > 0 or high < 0 else "within noise"
+    return out
+
+
+def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None) -> pd.DataFrame:
     """The comparisons the report makes, each with its verdict against the noise:
     * objectives at each size: the flat MLM (reference) vs every other objective, per task and probe
       (final checkpoints, last layer, main metric);
-    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe."""
+    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe.
+    `predictions` (ResultsStore.load_predictions) lets two 1-seed scores be compared paired (paired_verdicts)."""
     final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
     if final.empty:
         return pd.DataFrame()
     parts = []
-    last = seed_bands(final[final["is_last_layer"]], ["objective", "size", "params_non_embedding", "task", "probe"])
+    by_objective = final[final["is_last_layer"]]
+    last = seed_bands(by_objective, ["objective", "size", "params_non_embedding", "task", "probe"])
+    keys = ["size", "params_non_embedding", "task", "probe"]
     for other in sorted(set(last["objective"]) - {reference}):
-        pairs = _pair_up(last, ["size", "params_non_embedding", "task", "probe"], "objective", reference, other)
+        pairs = _with_units(_pair_up(last, keys, "objective", reference, other), by_objective, keys, "objective", reference, other)
         if len(pairs):
             parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other))
     ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
-    ends = seed_bands(ends, ["objective", "size", "params_non_embedding", "task", "probe", "end"])
-    pairs = _pair_up(ends, ["objective", "size", "params_non_embedding", "task", "probe"], "end", "layer 0", "last layer")
+    keys = ["objective", "size", "params_non_embedding", "task", "probe"]
+    pairs = _pair_up(seed_bands(ends, [*keys, "end"]), keys, "end", "layer 0", "last layer")
+    pairs = _with_units(pairs, ends, keys, "end", "layer 0", "last layer")
     if len(pairs):
         parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer"))
     if not parts:
         return pd.DataFrame()
-    out = noise_verdicts(pd.concat(parts, ignore_index=True))
+    out = paired_verdicts(noise_verdicts(pd.concat(parts, ignore_index=True)), predictions)
     out["objective"] = out["objective"].fillna("") if "objective" in out else ""
     out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
-    return out[["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "a_seeds", "b_seeds", "noise", "verdict"]]
+    return out[["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
+                "a_seeds", "b_seeds", "noise", "verdict"]]  # fmt: skip
 
 
 def noise_paragraph(table: pd.DataFrame) -> str:
@@ -632,7 +678,8 @@ def build_report(root: Path) -> Path | None:
     summary = summarise(scores)
     sizes = by_size(summary)
     geo = load_geometry(root, rows)
-    extras = {"comparisons": comparisons(scores), "geometry": geometry_table(geo), "sample_efficiency": sample_efficiency(load_checkpoints(root))}
+    predictions = ResultsStore(root / "results").load_predictions
+    extras = {"comparisons": comparisons(scores, predictions=predictions), "geometry": geometry_table(geo), "sample_efficiency": sample_efficiency(load_checkpoints(root))}
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
@@ -719,7 +766,9 @@ def render_markdown(
         "## Which differences are larger than the noise",
         "",
         "Noise: with 3 or more seeds mean ± std over seeds, with 2 the min–max, with 1 the 95% bootstrap interval over "
-        "evaluation examples (probes.BOOTSTRAP_*); a difference counts as beyond noise when the two intervals do not overlap.",
+        "evaluation examples (probes.BOOTSTRAP_*); a difference counts as beyond noise when the two intervals do not overlap. "
+        "Two 1-seed probe scores on one evaluation set are compared paired instead: the bootstrap interval of their "
+        "difference over the same resamples (`diff_ci_low` / `diff_ci_high`) must exclude 0.",
         "",
         noise_paragraph(compared),
         "",

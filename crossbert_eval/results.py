@@ -10,7 +10,8 @@
 
 Several processes may share one store (two `crossbert probe` runs, a sweep and a probe). Claims are
 files under `claims/`, one per unit in progress, taken and dropped under an exclusive lock on the
-store (`.store.lock`), so each unit is computed and written once. A claim whose process died (same
+store (`.store.lock`), so each unit is computed and written once. Beside each probe unit's rows its
+labels and predictions are kept (`predictions/<unit>.npz`) for paired comparisons. A claim whose process died (same
 host, pid gone) or that is older than the claim timeout is stale and is taken over.
 
 Rows are appended by crossbert_model.utils.append_jsonl (one locked, fsync'ed write; a torn tail left
@@ -34,11 +35,14 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.utils import append_jsonl, atomic_write_text, exclusive_lock, provenance, read_jsonl, stable_hash
+from crossbert_model.utils import append_jsonl, atomic_path, atomic_write_text, exclusive_lock, provenance, read_jsonl, stable_hash
 
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.jsonl"
+# Per unit: the evaluation labels and the probe's predictions (<unit>.npz), for paired comparisons of two
+# units on one evaluation set (probes.bootstrap_diff_ci, report.comparisons).
+PREDICTIONS_DIR = "predictions"
 CLAIMS_DIR = "claims"
 LOCK_FILE = ".store.lock"
 CLAIM_TIMEOUT_S = 6 * 3600  # a unit takes minutes; a claim this old belongs to a hung or lost run
@@ -63,6 +67,23 @@ class ResultsStore:
         self._done: set[str] = set()
         self._seen: tuple[int, int] | None = None  # (inode, bytes) of the results file read into _done
         self.last_owner: dict | None = None  # who holds the unit of the last BUSY claim (for the log)
+
+    # -- predictions -------------------------------------------------------------------------------
+
+    def _predictions_path(self, unit: str) -> Path:
+        return self.folder / PREDICTIONS_DIR / f"{unit}.npz"
+
+    def save_predictions(self, unit: str, y_true, y_pred) -> None:
+        with atomic_path(self._predictions_path(unit)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, y_true=np.asarray(y_true), y_pred=np.asarray(y_pred))
+
+    def load_predictions(self, unit: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(labels, predictions) of a unit, or None where none were kept (mteb rows, older stores)."""
+        path = self._predictions_path(unit)
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as saved:
+            return saved["y_true"], saved["y_pred"]
 
     # -- reading -----------------------------------------------------------------------------------
 

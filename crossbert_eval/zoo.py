@@ -49,6 +49,7 @@ from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import append_jsonl, atomic_write_text, data_root, provenance, read_jsonl, set_offline_env
 
 from . import report as R
+from .results import ResultsStore
 
 log = logging.getLogger("crossbert.zoo")
 
@@ -555,7 +556,7 @@ def build_zoo_report(root: str | os.PathLike) -> Path | None:
     geo = zoo_geometry(root, rows)
     tables = {
         "models": models_table(root), "scores": scores, "summary": summary_table(scores), "last_vs_best": last_vs_best(scores),
-        "comparisons": R.comparisons(scores), "geometry": geometry_table(geo),
+        "comparisons": R.comparisons(scores, predictions=ResultsStore(root / "results").load_predictions), "geometry": geometry_table(geo),
     }  # fmt: skip
     (root / "tables").mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():

@@ -217,6 +217,41 @@ def test_with_one_seed_the_bootstrap_interval_is_the_noise(tmp_path):
     assert scores["score_ci_low"].notna().all()
 
 
+def test_with_one_seed_and_kept_predictions_the_paired_interval_decides(tmp_path):
+    """The last layer fixes 30 of layer 0's 260 errors on 872 examples: the two bootstrap intervals overlap,
+    the paired interval of the difference excludes 0. Without kept predictions the overlap test stands."""
+    from crossbert_eval.probes import BOOTSTRAP_CI, bootstrap_ci
+    from crossbert_eval.results import ResultsStore
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 872)
+    layer0 = np.where(np.arange(872) < 260, 1 - y, y)
+    last = np.where(np.arange(872) < 230, 1 - y, y)
+    cells, ci, kept = {}, {}, {}
+    for objective in ("mlm", "crossbert"):
+        for layer, pred in ((0, layer0), (2, last)):
+            cells[(objective, "SST-2", layer)] = [float((pred == y).mean())]
+            ci[(objective, "SST-2", layer)] = bootstrap_ci("accuracy", y, pred)
+            kept[(objective, layer)] = pred
+    root = _noise_store(tmp_path, cells, ci)
+    rows = [json.loads(line) for line in (root / "results" / "results.jsonl").read_text().splitlines()]
+    store = ResultsStore(root / "results")
+    for i, row in enumerate(rows):
+        row["unit"] = f"unit{i}"
+        if row["model_fingerprint"].startswith("mlm"):  # crossbert's predictions were not kept (an older store)
+            store.save_predictions(row["unit"], y, kept[("mlm", row["layer"])])
+    _write_jsonl(root / "results" / "results.jsonl", rows)
+    build_report(root)
+    table = pd.read_csv(root / "tables" / "comparisons.csv").set_index(["comparison", "objective"])
+    paired = table.loc[("last layer - layer 0", "mlm")]
+    assert paired["verdict"] == "beyond noise" and paired["noise"].startswith("paired bootstrap")
+    assert paired["diff"] == pytest.approx(100 * 30 / 872)
+    assert 0 < paired["diff_ci_low"] < paired["diff"] < paired["diff_ci_high"]
+    unpaired = table.loc[("last layer - layer 0", "crossbert")]
+    assert unpaired["verdict"] == "within noise" and unpaired["noise"] == f"bootstrap {BOOTSTRAP_CI:.0%} interval (1 seed)"
+    assert np.isnan(unpaired["diff_ci_low"])
+
+
 def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_root):
     metrics = ("effective_rank", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_normalised")
 
