@@ -273,7 +273,8 @@ def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None) 
     last = seed_bands(by_objective, ["objective", "size", "params_non_embedding", "task", "probe"])
     keys = ["size", "params_non_embedding", "task", "probe"]
     for other in sorted(set(last["objective"]) - {reference}):
-        pairs = _with_units(_pair_up(last, keys, "objective", reference, other), by_objective, keys, "objective", reference, other)
+        pairs = _pair_up(last, keys, "objective", reference, other)
+        pairs = _with_units(pairs, by_objective, keys, "objective", reference, other)
         if len(pairs):
             parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other))
     ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
@@ -678,8 +679,11 @@ def build_report(root: Path) -> Path | None:
     summary = summarise(scores)
     sizes = by_size(summary)
     geo = load_geometry(root, rows)
-    predictions = ResultsStore(root / "results").load_predictions
-    extras = {"comparisons": comparisons(scores, predictions=predictions), "geometry": geometry_table(geo), "sample_efficiency": sample_efficiency(load_checkpoints(root))}
+    extras = {
+        "comparisons": comparisons(scores, predictions=ResultsStore(root / "results").load_predictions),
+        "geometry": geometry_table(geo),
+        "sample_efficiency": sample_efficiency(load_checkpoints(root)),
+    }
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)

@@ -10,9 +10,9 @@
 
 Several processes may share one store (two `crossbert probe` runs, a sweep and a probe). Claims are
 files under `claims/`, one per unit in progress, taken and dropped under an exclusive lock on the
-store (`.store.lock`), so each unit is computed and written once. Beside each probe unit's rows its
-labels and predictions are kept (`predictions/<unit>.npz`) for paired comparisons. A claim whose process died (same
-host, pid gone) or that is older than the claim timeout is stale and is taken over.
+store (`.store.lock`), so each unit is computed and written once. A claim whose process died (same
+host, pid gone) or that is older than the claim timeout is stale and is taken over. Beside each probe
+unit's rows its labels and predictions are kept (`predictions/<unit>.npz`) for paired comparisons.
 
 Rows are appended by crossbert_model.utils.append_jsonl (one locked, fsync'ed write; a torn tail left
 by a killed writer is cut off first), so the file always parses.
@@ -35,7 +35,15 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.utils import append_jsonl, atomic_path, atomic_write_text, exclusive_lock, provenance, read_jsonl, stable_hash
+from crossbert_model.utils import (
+    append_jsonl,
+    atomic_path,
+    atomic_write_text,
+    exclusive_lock,
+    provenance,
+    read_jsonl,
+    stable_hash,
+)
 
 log = logging.getLogger(__name__)
 

@@ -556,7 +556,8 @@ def build_zoo_report(root: str | os.PathLike) -> Path | None:
     geo = zoo_geometry(root, rows)
     tables = {
         "models": models_table(root), "scores": scores, "summary": summary_table(scores), "last_vs_best": last_vs_best(scores),
-        "comparisons": R.comparisons(scores, predictions=ResultsStore(root / "results").load_predictions), "geometry": geometry_table(geo),
+        "comparisons": R.comparisons(scores, predictions=ResultsStore(root / "results").load_predictions),
+        "geometry": geometry_table(geo),
     }  # fmt: skip
     (root / "tables").mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():

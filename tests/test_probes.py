@@ -94,7 +94,8 @@ def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
     kept = ResultsStore(tmp_path / "results")
     for r in stored:  # and its labels and predictions, for paired comparisons (report.paired_verdicts)
         labels, predictions = kept.load_predictions(r["unit"])
-        assert len(labels) == len(predictions) == r["n_eval"] and score(r["metric"], labels, predictions) == pytest.approx(r["value"])
+        assert len(labels) == len(predictions) == r["n_eval"]
+        assert score(r["metric"], labels, predictions) == pytest.approx(r["value"])
 
 
 def test_metrics_equal_values_computed_by_hand():
