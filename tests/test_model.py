@@ -160,6 +160,10 @@ def test_shared_loss_over_a_set_is_sum_over_count_not_a_mean_of_batch_means(real
 
     ids, attention = real_batch  # the last 8 rows are padded: batches hold different target counts
     model = build("crossbert", 2048).float()
+    # An untrained model's losses all sit near ln V, so the two readings would differ only by float32 rounding
+    # (a flaky check); sharp logits (tied embeddings x30) spread the per-token losses, and the batch means apart.
+    with torch.no_grad():
+        model.encoder.embeddings.weight.mul_(30.0)
     selections = protocol_selections(attention)
     with torch.no_grad():
         sums = shared_loss_sums(model, model.config, ids, selections, batch_size=20, device="cpu", attention_mask=attention)
@@ -177,7 +181,7 @@ def test_shared_loss_over_a_set_is_sum_over_count_not_a_mean_of_batch_means(real
     assert metrics["shared_loss_r50"] == pytest.approx(sum(row_sums) / count, rel=1e-5)
     # the test can tell the two apart: a mean of the two batch means is another number
     batch_means = [sum(row_sums[a:b]) / sum(row_counts[a:b]) for a, b in ((0, 20), (20, 32))]
-    assert abs(sum(batch_means) / 2 - metrics["shared_loss_r50"]) > 1e-4
+    assert abs(sum(batch_means) / 2 - metrics["shared_loss_r50"]) > 1e-2
     assert metrics["shared_targets_r15"] == sum(min(round(0.15 * n), n - 1) for n in attention.sum(dim=1).tolist())
 
 
