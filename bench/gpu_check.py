@@ -338,15 +338,19 @@ def parse_args(argv):
         args.compile = [] if args.compile is None else args.compile
         # The test's few steps; the committed CPU run (results/gpu/cpu_smoke) passes --warmup 8 --steps 40,
         # because a CMS step takes several steps to settle on a CPU.
-        args.warmup, args.steps = args.warmup or 1, args.steps or 2
+        args.warmup = 1 if args.warmup is None else args.warmup
+        args.steps = 2 if args.steps is None else args.steps
         args.run_steps, args.sentences = min(args.run_steps, 30), min(args.sentences, 256)
         args.run_shape, args.run_lr = ("nano", 8, 64), 2e-3
     else:
         args.shapes = args.shapes or list(SHAPES)
-        args.warmup, args.steps = args.warmup or 5, args.steps or 20
+        args.warmup = 5 if args.warmup is None else args.warmup
+        args.steps = 20 if args.steps is None else args.steps
         # Compilation costs about a minute a model: measured where the goals are, not everywhere.
         args.compile = ["flat_mlm30", "crossbert_r50_cms"] if args.compile is None else args.compile
         args.run_shape = ("base", 32, 128)
+    if args.warmup < 0 or args.steps < 1:
+        p.error(f"expected --warmup >= 0 and --steps >= 1, got {args.warmup} and {args.steps}")
     return args
 
 

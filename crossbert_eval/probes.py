@@ -161,15 +161,16 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
     return np.bincount(flat, minlength=resamples * n).reshape(resamples, n)
 
 
-def _resampled_values(metric: str, y_true: np.ndarray, y_pred: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """score(metric) on each bootstrap resample of the evaluation examples. The resamples depend only on
-    (seed, number of examples), so two predictions of one evaluation set are scored on the same resamples."""
+def _resampled_values(metric: str, y_true: np.ndarray, predictions: list[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
+    """score(metric) of each of `predictions` on each bootstrap resample of the evaluation examples, all on
+    the same resamples (drawn once; they depend only on the seed and the number of examples)."""
     rng = np.random.default_rng(seed)
-    values = []
+    values = [[] for _ in predictions]
     for start in range(0, resamples, BOOTSTRAP_CHUNK):
         counts = bootstrap_counts(len(y_true), min(BOOTSTRAP_CHUNK, resamples - start), rng)
-        values.append(resampled_scores(metric, y_true, y_pred, counts))
-    return np.concatenate(values)
+        for kept, y_pred in zip(values, predictions):
+            kept.append(resampled_scores(metric, y_true, y_pred, counts))
+    return [np.concatenate(kept) for kept in values]
 
 
 def _percentile_interval(values: np.ndarray, ci: float) -> tuple[float, float]:
@@ -186,7 +187,8 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of score(metric, y_true, y_pred) over the evaluation examples.
     Resamples where the metric is undefined (a constant side of a correlation) are left out."""
-    return _percentile_interval(_resampled_values(metric, np.asarray(y_true), np.asarray(y_pred), resamples, seed), ci)
+    (values,) = _resampled_values(metric, np.asarray(y_true), [np.asarray(y_pred)], resamples, seed)
+    return _percentile_interval(values, ci)
 
 
 def bootstrap_diff_ci(
@@ -197,7 +199,5 @@ def bootstrap_diff_ci(
     same evaluation examples (Koehn 2004). Two probes of one model on one task (two layers, say) err on
     many of the same examples; the paired interval cancels that shared part, which comparing the two
     separate intervals for overlap does not, so it separates differences that the overlap test cannot."""
-    y_true = np.asarray(y_true)
-    a = _resampled_values(metric, y_true, np.asarray(pred_a), resamples, seed)
-    b = _resampled_values(metric, y_true, np.asarray(pred_b), resamples, seed)
+    a, b = _resampled_values(metric, np.asarray(y_true), [np.asarray(pred_a), np.asarray(pred_b)], resamples, seed)
     return _percentile_interval(b - a, ci)

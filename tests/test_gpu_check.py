@@ -25,3 +25,16 @@ def test_gpu_check_runs_on_cpu_at_tiny_shapes(tmp_path, monkeypatch):
     assert all(r["finite"] and r["loss_falls"] for r in runs), runs
     assert saved["feature_extraction"]["sentences_per_s"] > 0
     assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check on cpu")
+
+
+def test_step_counts_default_per_mode_but_an_explicit_value_is_kept(monkeypatch):
+    import pytest
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import gpu_check
+
+    smoke, full = gpu_check.parse_args(["--smoke"]), gpu_check.parse_args([])
+    assert (smoke.warmup, smoke.steps, full.warmup, full.steps) == (1, 2, 5, 20)
+    assert gpu_check.parse_args(["--smoke", "--warmup", "0", "--steps", "3"]).warmup == 0  # 0 is a value, not "unset"
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--steps", "0"])
