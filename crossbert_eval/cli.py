@@ -35,16 +35,25 @@ def _train(args: argparse.Namespace) -> None:
 def _presets(args: argparse.Namespace) -> None:
     from crossbert_model.config import PRESETS, config_from_preset, describe, format_count
 
-    print(f"{'preset':8} {'objective':10} {'d':>5} {'L':>3} {'H':>3} {'enc params':>11} {'non-emb':>9} {'total':>9} {'train FLOPs/tok':>16}  where")
+    print(f"Parameters and training FLOPs per corpus token (sequence length {args.seq_len}, vocabulary {args.vocab_size:,}); "
+          "predictor share = predictor / encoder non-embedding parameters.")  # fmt: skip
+    header = ("preset", "objective", "d", "L", "H", "pred LxW", "enc non-emb", "embedding", "predictor", "share", "head",
+              "FLOPs enc", "FLOPs pred", "FLOPs head", "FLOPs/tok")  # fmt: skip
+    widths = (7, 9, 4, 3, 3, 8, 11, 9, 9, 6, 6, 9, 10, 10, 9)
+    print("  ".join(f"{h:>{w}}" if i > 1 else f"{h:{w}}" for i, (h, w) in enumerate(zip(header, widths))) + "  where")
     for name, preset in PRESETS.items():
         for objective in ("mlm", "crossbert"):
             c = config_from_preset(name, objective=objective, vocab_size=args.vocab_size)
             d = describe(c, args.seq_len)
-            print(
-                f"{name:8} {objective:10} {d['hidden_size']:>5} {d['layers']:>3} {d['heads']:>3} "
-                f"{format_count(d['params_encoder']):>11} {format_count(d['params_encoder_non_embedding']):>9} "
-                f"{format_count(d['params_total']):>9} {format_count(d['train_flops_per_token']):>16}  {preset.device_hint}"
-            )
+            crossbert = objective == "crossbert"
+            cells = (name, objective, d["hidden_size"], d["layers"], d["heads"],
+                     f"{c.predictor_layers}x{c.predictor_hidden_size}" if crossbert else "-",
+                     format_count(d["params_encoder_non_embedding"]), format_count(d["params_embedding"]),
+                     format_count(d["params_predictor"]) if crossbert else "-",
+                     f"{d['predictor_share']:.0%}" if crossbert else "-", format_count(d["params_head"]),
+                     format_count(d["train_flops_encoder"]), format_count(d["train_flops_predictor"]),
+                     format_count(d["train_flops_head"]), format_count(d["train_flops_per_token"]))  # fmt: skip
+            print("  ".join(f"{c!s:>{w}}" if i > 1 else f"{c!s:{w}}" for i, (c, w) in enumerate(zip(cells, widths))) + f"  {preset.device_hint}")
 
 
 def _csv(value: str) -> list[str]:

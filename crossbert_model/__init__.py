@@ -6,7 +6,7 @@ Importing this package registers the `crossbert` model type with transformers, s
 
 from transformers import AutoConfig, AutoModel
 
-from .config import PRESETS, CrossBertConfig, config_from_preset, parameter_counts, training_flops_per_token
+from .config import PRESETS, CrossBertConfig, config_from_preset, parameter_counts, training_flops_by_part, training_flops_per_token
 from .model import (
     CrossBertForPreTraining,
     CrossBertModel,
@@ -26,5 +26,6 @@ __all__ = [
     "config_from_preset",
     "parameter_counts",
     "pretraining_model_for",
+    "training_flops_by_part",
     "training_flops_per_token",
 ]

@@ -37,8 +37,8 @@ class CrossBertConfig(PretrainedConfig):
         # Flat MLM corruption of the selected positions (BERT: 80% [MASK], 10% random, 10% kept).
         mlm_mask_prob: float = 0.8,
         mlm_random_prob: float = 0.1,
-        # CrossBERT predictor.
-        predictor_layers: int = 2,
+        # CrossBERT predictor (defaults: `default_predictor_shape`, light at every size).
+        predictor_layers: int | None = None,
         predictor_hidden_size: int | None = None,
         predictor_heads: int | None = None,
         predictor_intermediate_size: int | None = None,
@@ -85,8 +85,12 @@ class CrossBertConfig(PretrainedConfig):
             )
         self.mlm_mask_prob = mlm_mask_prob
         self.mlm_random_prob = mlm_random_prob
-        self.predictor_layers = predictor_layers
-        self.predictor_hidden_size = predictor_hidden_size or hidden_size
+        self.complementary_masking = complementary_masking
+        if objective == "crossbert" and complementary_masking:
+            cms_num_views(self.mask_ratio)  # refuses a ratio CMS cannot realise exactly
+        default_layers, default_width = default_predictor_shape(hidden_size, num_hidden_layers, self.intermediate_size, mlp_type)
+        self.predictor_layers = predictor_layers or default_layers
+        self.predictor_hidden_size = predictor_hidden_size or default_width
         self.predictor_heads = predictor_heads or max(1, self.predictor_hidden_size // (hidden_size // num_attention_heads))
         if self.predictor_hidden_size % self.predictor_heads:
             raise ValueError(
@@ -94,7 +98,6 @@ class CrossBertConfig(PretrainedConfig):
                 f"'predictor_heads' ({self.predictor_heads})"
             )
         self.predictor_intermediate_size = predictor_intermediate_size or 4 * self.predictor_hidden_size
-        self.complementary_masking = complementary_masking
         self.mask_token_id = mask_token_id
         self.num_special_tokens = num_special_tokens
         super().__init__(pad_token_id=pad_token_id, cls_token_id=cls_token_id, sep_token_id=sep_token_id, **kwargs)
@@ -109,9 +112,45 @@ class CrossBertConfig(PretrainedConfig):
         return cms_num_views(self.mask_ratio) if (self.objective == "crossbert" and self.complementary_masking) else 1
 
 
+# How far r may sit from 1 - 1/K and still mean K views: r written to three decimals (0.667 for 2/3).
+CMS_RATIO_TOLERANCE = 5e-4
+
+
 def cms_num_views(mask_ratio: float) -> int:
-    """K = round(1 / (1 - r)) disjoint visible groups per sequence (DESIGN.md, CMS)."""
-    return max(1, round(1.0 / (1.0 - mask_ratio)))
+    """K = 1 / (1 - r) disjoint visible groups per sequence (DESIGN.md, CMS): each view shows one group
+    and masks the other K - 1, so every token is predicted K - 1 times per step. Only ratios with a whole
+    K are realisable (r = 1/2, 2/3, 3/4, ...); any other is refused rather than rounded to a K whose
+    effective ratio 1 - 1/K differs from the one asked for."""
+    views = max(2, round(1.0 / (1.0 - mask_ratio)))
+    if abs(mask_ratio - (1.0 - 1.0 / views)) > CMS_RATIO_TOLERANCE:
+        raise ValueError(
+            f"config field 'mask_ratio': the complementary masking strategy needs 1/(1-r) to be a whole number "
+            f"(r = 0.5, 0.667, 0.75, 0.8, ...), got r = {mask_ratio:g} (1/(1-r) = {1.0 / (1.0 - mask_ratio):.3g}); "
+            "choose such a ratio or set complementary_masking to false"
+        )
+    return views
+
+
+# DESIGN.md: the predictor has "M light blocks (M small, e.g. 1-2)" and at every preset at most a quarter
+# of the encoder's non-embedding parameters (MAE's decoder is about a tenth of its encoder).
+PREDICTOR_MAX_SHARE = 0.25
+# Two blocks: with one, every query of a view is the same vector before it reads the encoder (only its
+# rotary position differs), and such predictors were seen to stall on the unigram plateau.
+PREDICTOR_LAYERS = 2
+PREDICTOR_MIN_WIDTH = 16
+
+
+def default_predictor_shape(hidden_size: int, num_layers: int, intermediate_size: int, mlp_type: str) -> tuple[int, int]:
+    """(layers, width) of the default predictor: two blocks at the widest of d/2, d/4, ... (not below 16)
+    whose parameters stay within PREDICTOR_MAX_SHARE of the encoder's blocks (4x MLP, as the encoder's)."""
+    encoder = num_layers * (4 * hidden_size**2 + _mlp_params(hidden_size, intermediate_size, mlp_type))
+    width = hidden_size // 2
+    while width > PREDICTOR_MIN_WIDTH:
+        block = 2 * width**2 + 2 * hidden_size * width + _mlp_params(width, 4 * width, mlp_type)
+        if PREDICTOR_LAYERS * block <= PREDICTOR_MAX_SHARE * encoder:
+            break
+        width //= 2
+    return PREDICTOR_LAYERS, max(width, PREDICTOR_MIN_WIDTH)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,10 +161,11 @@ def cms_num_views(mask_ratio: float) -> int:
 
 @dataclass(frozen=True)
 class SizePreset:
+    """An encoder shape; the predictor follows from it (`default_predictor_shape`)."""
+
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    predictor_hidden_size: int
     device_hint: str
 
     def as_config_kwargs(self) -> dict:
@@ -133,18 +173,17 @@ class SizePreset:
             "hidden_size": self.hidden_size,
             "num_hidden_layers": self.num_hidden_layers,
             "num_attention_heads": self.num_attention_heads,
-            "predictor_hidden_size": self.predictor_hidden_size,
         }
 
 
 PRESETS: dict[str, SizePreset] = {
-    "nano": SizePreset(64, 2, 1, 64, "cpu, seconds"),
-    "tiny": SizePreset(128, 2, 2, 128, "cpu, minutes"),
-    "mini": SizePreset(256, 4, 4, 128, "cpu, tens of minutes"),
-    "small": SizePreset(512, 4, 8, 256, "cpu, hours / gpu, minutes"),
-    "medium": SizePreset(512, 8, 8, 256, "gpu"),
-    "base": SizePreset(768, 12, 12, 384, "gpu (BERT-base shape)"),
-    "large": SizePreset(1024, 24, 16, 512, "gpu, FSDP (BERT-large shape)"),
+    "nano": SizePreset(64, 2, 1, "cpu, seconds"),
+    "tiny": SizePreset(128, 2, 2, "cpu, minutes"),
+    "mini": SizePreset(256, 4, 4, "cpu, tens of minutes"),
+    "small": SizePreset(512, 4, 8, "cpu, hours / gpu, minutes"),
+    "medium": SizePreset(512, 8, 8, "gpu"),
+    "base": SizePreset(768, 12, 12, "gpu (BERT-base shape)"),
+    "large": SizePreset(1024, 24, 16, "gpu, FSDP (BERT-large shape)"),
 }
 
 
@@ -183,23 +222,29 @@ def predictor_block_params(c: CrossBertConfig) -> int:
 
 
 def parameter_counts(c: CrossBertConfig) -> dict[str, int]:
-    """Parameters by part. `encoder_non_embedding` is the size axis of the scaling plots."""
+    """Parameters by part. `encoder_non_embedding` is the size axis of the scaling plots.
+
+    `predictor` is CrossBERT's cross-attention predictor (its blocks, query vector, norm and projection
+    back to the encoder width), `head` what maps a hidden state to vocabulary logits besides the tied
+    embedding (flat MLM: BERT's transform + bias; CrossBERT: the bias), `pretraining_head` their sum."""
     d = c.hidden_size
     embedding = c.vocab_size * d
     encoder_blocks = c.num_hidden_layers * encoder_block_params(c) + _norm_params(d, c.norm_type)
     if c.objective == "mlm":
+        predictor = 0
         head = d * d + d + _norm_params(d, c.norm_type) + c.vocab_size  # dense + norm + decoder bias (tied)
     else:
         p = c.predictor_hidden_size
-        head = p + c.predictor_layers * predictor_block_params(c) + _norm_params(p, c.norm_type) + c.vocab_size
-        if p != d:
-            head += p * d
+        predictor = p + c.predictor_layers * predictor_block_params(c) + _norm_params(p, c.norm_type) + (p * d if p != d else 0)
+        head = c.vocab_size
     return {
         "embedding": embedding,
         "encoder_non_embedding": encoder_blocks,
         "encoder": embedding + encoder_blocks,
-        "pretraining_head": head,
-        "total": embedding + encoder_blocks + head,
+        "predictor": predictor,
+        "head": head,
+        "pretraining_head": predictor + head,
+        "total": embedding + encoder_blocks + predictor + head,
     }
 
 
@@ -210,18 +255,18 @@ def _encoder_forward_flops(c: CrossBertConfig, tokens: float, context: float) ->
     return tokens * c.num_hidden_layers * per_token_layer
 
 
-def training_flops_per_token(c: CrossBertConfig, seq_len: int) -> float:
-    """Training FLOPs (3x forward) per corpus token at sequence length `seq_len`.
+def training_flops_by_part(c: CrossBertConfig, seq_len: int) -> dict[str, float]:
+    """Training FLOPs (3x forward) per corpus token at sequence length `seq_len`, by part.
 
-    Flat MLM: encoder on every token, head + vocabulary logits on the `mask_ratio` selected tokens.
-    CrossBERT: per view, the encoder runs on the (1-r) visible tokens (attention context = visible
-    count) and the predictor on the r masked queries; CMS runs K views per sequence.
+    Flat MLM: encoder on every token, head transform + vocabulary logits on the `mask_ratio` selected
+    tokens. CrossBERT: per view, the encoder runs on the visible tokens (attention context = visible
+    count), the predictor on the masked queries (plus its key/value projections of the visible
+    tokens), and the vocabulary logits on the queries; CMS runs K views per sequence.
     """
     d, v, r = c.hidden_size, c.vocab_size, c.mask_ratio
     if c.objective == "mlm":
-        enc = _encoder_forward_flops(c, 1.0, seq_len)
-        head = r * (2 * d * d + 2 * d * v)
-        return 3.0 * (enc + head)
+        return {"encoder": 3.0 * _encoder_forward_flops(c, 1.0, seq_len), "predictor": 0.0,
+                "head": 3.0 * r * (2 * d * d + 2 * d * v)}  # fmt: skip
     k = c.num_views
     visible_frac = 1.0 / k if k > 1 else 1.0 - r
     masked_frac = 1.0 - visible_frac
@@ -230,9 +275,14 @@ def training_flops_per_token(c: CrossBertConfig, seq_len: int) -> float:
     enc = k * _encoder_forward_flops(c, visible_frac, context)
     kv = k * visible_frac * c.predictor_layers * 2 * (2 * d * p)
     per_query = c.predictor_layers * (2 * (2 * p * p + _mlp_params(p, c.predictor_intermediate_size, c.mlp_type)) + 2 * 2 * context * p)
-    per_query += 2 * (p * d if p != d else 0) + 2 * d * v
-    pred = k * masked_frac * per_query + kv
-    return 3.0 * (enc + pred)
+    per_query += 2 * (p * d if p != d else 0)
+    queries = k * masked_frac
+    return {"encoder": 3.0 * enc, "predictor": 3.0 * (queries * per_query + kv), "head": 3.0 * queries * 2 * d * v}
+
+
+def training_flops_per_token(c: CrossBertConfig, seq_len: int) -> float:
+    """Training FLOPs (3x forward) per corpus token: the sum of `training_flops_by_part`."""
+    return sum(training_flops_by_part(c, seq_len).values())
 
 
 def describe(c: CrossBertConfig, seq_len: int) -> dict:
@@ -245,6 +295,8 @@ def describe(c: CrossBertConfig, seq_len: int) -> dict:
         "mask_ratio": c.mask_ratio,
         "views": c.num_views,
         **{f"params_{k}": v for k, v in counts.items()},
+        "predictor_share": counts["predictor"] / counts["encoder_non_embedding"],
+        **{f"train_flops_{k}": v for k, v in training_flops_by_part(c, seq_len).items()},
         "train_flops_per_token": training_flops_per_token(c, seq_len),
     }
 

@@ -78,8 +78,8 @@ class ModelArgs:
     mlm_mask_prob: float = 0.8
     mlm_random_prob: float = 0.1
     complementary_masking: bool = True
-    predictor_layers: int = 2  # 1 layer: every query of a view is the same vector, only RoPE tells them apart; it plateaus
-    predictor_hidden_size: int | None = None  # default: the preset's
+    predictor_layers: int | None = None  # default and width: crossbert_model.config.default_predictor_shape
+    predictor_hidden_size: int | None = None
     hidden_size: int | None = None  # overrides of the preset's shape
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
@@ -251,8 +251,7 @@ def _validate_model(m: ModelArgs) -> None:
     total = m.mlm_mask_prob + m.mlm_random_prob
     expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
     _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
-    _positive_int("model.predictor_layers", m.predictor_layers)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size"):
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size"):
         _positive_int(f"model.{name}", getattr(m, name), optional=True)
     _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
     _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))

@@ -91,6 +91,8 @@ CASES = {
     "steps=-5": (lambda t, c: _train_argv(c, t / "runs", "steps=-5"), lambda t: {}, ["steps", "-5"]),
     "batch_size=0": (lambda t, c: _train_argv(c, t / "runs", "batch_size=0"), lambda t: {}, ["batch_size", "0"]),
     "unknown config key": (lambda t, c: _train_argv(c, t / "runs", "optim.learning_rate=1"), lambda t: {}, ["optim.learning_rate"]),
+    "CMS at r=0.6": (lambda t, c: _train_argv(c, t / "runs", "model.objective=crossbert", "model.mask_ratio=0.6"), lambda t: {},
+                     ["mask_ratio", "0.6", "whole number", "complementary_masking"]),
     "--temperature 0": (lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--temperature", "0"], lambda t: {}, ["--temperature", "0"]),
     "--k 0": (lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--k", "0"], lambda t: {}, ["--k", "0"]),
     "--pooling avg": (lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--pooling", "avg"], lambda t: {}, ["--pooling", "avg"]),
@@ -134,7 +136,7 @@ def test_a_mistake_gets_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys,
     assert len(message) == 1 and "Traceback" not in err, err
     for fragment in must_say:
         assert fragment in message[0], message[0]
-    if case.startswith(("steps", "batch_size", "unknown config")):  # refused before anything is written
+    if case.startswith(("steps", "batch_size", "unknown config", "CMS")):  # refused before anything is written
         assert not (tmp_path / "runs").exists()
     if case in ("report of a missing folder", "pickle weights", "truncated safetensors"):
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

@@ -122,6 +122,43 @@ def test_parameter_counts_are_computed_exactly(preset, objective):
     counts = cm.parameter_counts(config)
     assert counts["total"] == sum(p.numel() for p in model.parameters())
     assert counts["encoder"] == sum(p.numel() for p in model.encoder.parameters())
+    if objective == "crossbert":
+        predictor = sum(p.numel() for n, p in model.predictor.named_parameters() if n != "decoder_bias")
+        assert counts["predictor"] == predictor and counts["head"] == config.vocab_size
+
+
+@pytest.mark.parametrize("preset", list(cm.PRESETS))
+def test_the_default_predictor_is_light_at_every_preset(preset):
+    config = cm.config_from_preset(preset, objective="crossbert")
+    counts = cm.parameter_counts(config)
+    assert config.predictor_layers == 2
+    assert counts["predictor"] <= 0.25 * counts["encoder_non_embedding"]
+
+
+def test_an_explicit_predictor_shape_overrides_the_default():
+    config = cm.config_from_preset("tiny", objective="crossbert", predictor_layers=3, predictor_hidden_size=128)
+    assert (config.predictor_layers, config.predictor_hidden_size) == (3, 128)
+
+
+def test_training_flops_by_part_sum_to_the_total_and_the_mlm_has_no_predictor():
+    for objective in ("mlm", "crossbert"):
+        config = cm.config_from_preset("mini", objective=objective)
+        parts = cm.training_flops_by_part(config, 128)
+        assert sum(parts.values()) == pytest.approx(cm.training_flops_per_token(config, 128))
+    assert cm.training_flops_by_part(cm.config_from_preset("mini", objective="mlm"), 128)["predictor"] == 0
+
+
+@pytest.mark.parametrize("ratio, views", [(0.5, 2), (2 / 3, 3), (0.667, 3), (0.75, 4), (0.8, 5)])
+def test_cms_takes_ratios_with_a_whole_number_of_views(ratio, views):
+    assert cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio).num_views == views
+
+
+@pytest.mark.parametrize("ratio", [0.6, 0.3, 0.7, 0.9 - 0.01])
+def test_cms_refuses_a_ratio_it_cannot_realise_exactly(ratio):
+    with pytest.raises(ValueError, match="mask_ratio.*whole number"):
+        cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio)
+    # without CMS any ratio is one random mask of exactly that share
+    assert cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio, complementary_masking=False).num_views == 1
 
 
 def test_training_flops_follow_the_shape():
@@ -159,7 +196,7 @@ def test_shared_loss_over_a_set_is_sum_over_count_not_a_mean_of_batch_means(real
     from crossbert_model.shared_loss import protocol_selections, shared_loss_metrics, shared_loss_sums
 
     ids, attention = real_batch  # the last 8 rows are padded: batches hold different target counts
-    model = build("crossbert", 2048).float()
+    model = build("crossbert", 2048, predictor_hidden_size=64).float()  # the full-width predictor the margin was set for
     # An untrained model's losses all sit near ln V, so the two readings would differ only by float32 rounding
     # (a flaky check); sharp logits (tied embeddings x30) spread the per-token losses, and the batch means apart.
     with torch.no_grad():
