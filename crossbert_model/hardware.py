@@ -26,28 +26,42 @@ DTYPES = ("auto", "fp32", "bf16")
 BF16_MIN_SPEEDUP = 1.2
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @functools.lru_cache(maxsize=None)
 def matmul_flops(device_str: str, dtype_str: str, n: int | None = None, reps: int = 5) -> float:
-    """Peak FLOP/s of an n x n x n matmul: the best of `reps` timed runs (the MFU denominator).
-    The best, not the mean, because this machine is shared and a peak is what nothing slowed down."""
+    """Peak FLOP/s of an n x n x n matmul on random data (the MFU denominator).
+
+    CUDA: about a second of products first, so the clocks have ramped up from idle, then the median of
+    `max(reps, 50)` products timed by CUDA events. CPU: the best of `reps` host-timed runs, because this
+    machine is shared and a peak is what nothing slowed down."""
     device, dtype = torch.device(device_str), getattr(torch, dtype_str)
     n = n or (8192 if device.type == "cuda" else 2048)
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
+    if device.type == "cuda":
+        return 2 * n**3 / _cuda_median_seconds(lambda: a @ b, warmup_s=1.0, reps=max(reps, 50))
     a @ b  # warm-up
-    _sync(device)
     best = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
         a @ b
-        _sync(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best
+
+
+def _cuda_median_seconds(fn, warmup_s: float, reps: int) -> float:
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    while time.perf_counter() - began < warmup_s:
+        fn()
+        torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) / 1e3 for start, end in events)
+    return times[len(times) // 2]
 
 
 @functools.lru_cache(maxsize=None)
