@@ -39,6 +39,9 @@ class ObjectiveSpec:
     complementary_masking: bool = True
     # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
     model: dict = field(default_factory=dict)
+    # nested TrainConfig overrides of this objective's runs, after the sweep's `train` and `size_overrides`:
+    # its own learning rate ({optim: {lr: 4.0e-3}}), compilation ({compile: true}), ...
+    train: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -103,7 +106,7 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
     for size in cfg.sizes:
         for obj in cfg.objectives:
             for seed in cfg.seeds:
-                data = deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {}))
+                data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
                 data = deep_merge(data, {
                     "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
                     "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
