@@ -10,6 +10,7 @@
     crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
     crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
+    crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
 """
 
 from __future__ import annotations
@@ -168,6 +169,26 @@ def _zoo(args: argparse.Namespace) -> None:
     print(f"report: {root / 'report.md'}")
 
 
+def _plateau(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from crossbert_eval.report import load_checkpoints, plateau_table
+    from crossbert_eval.sweep import fill_unigram_entropies
+    from crossbert_model.utils import read_jsonl
+
+    path = fill_unigram_entropies(args.sweep_dir, args.tokenizer, args.overrides, args.data_root)
+    rows = read_jsonl(path)
+    if not rows:
+        print(f"{args.sweep_dir}: no trained run in checkpoints.jsonl; nothing to fill")
+        return
+    print(pd.DataFrame(rows).drop(columns=["tokenizer", "smoothing"]).to_string(index=False, float_format="{:.4f}".format))
+    print(f"\nsmoothing: {rows[0]['smoothing']}; tokenizer: {rows[0]['tokenizer']}\n")
+    print(plateau_table(load_checkpoints(Path(args.sweep_dir))).to_string(index=False, float_format="{:.4f}".format))
+    print(f"\nwritten: {path}; `crossbert report {args.sweep_dir}` redraws the report with them")
+
+
 def _report(args: argparse.Namespace) -> None:
     from crossbert_eval.report import build_report
     from crossbert_eval.zoo import build_zoo_report, is_zoo
@@ -273,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="rebuild tables, plots and report of a sweep (or zoo) folder")
     p.add_argument("sweep_dir")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("plateau", help="unigram entropies (the plateau) of a sweep's runs trained before they were recorded")
+    p.add_argument("sweep_dir")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of its sweep.yaml, e.g. train.data.cache_dir=runs/cache")
+    p.add_argument("--tokenizer", default=None,
+                   help="the tokenizer its runs were trained with (default: SWEEP_DIR/tokenizer, else the run's checkpoint)")
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
+    p.set_defaults(func=_plateau)
 
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")

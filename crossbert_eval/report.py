@@ -3,9 +3,11 @@
 Everything here is rebuilt from the files a sweep writes, so it can be re-run at any time:
     checkpoints.jsonl   one row per probed checkpoint: objective, size, step, params, tokens, FLOPs, val loss
     results/results.jsonl   every probe / mteb score row
-Outputs: tables/{scores,summary,summary_by_size,comparisons,geometry,sample_efficiency}.{csv,parquet}, plots/*.{png,svg},
-report.md, report.html. Every plot draws error bars over seeds (the rule: seed_bands) and says which in
-its title and caption; `comparisons` says which differences the report makes are larger than that noise.
+    unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
+Outputs: tables/{scores,summary,summary_by_size,plateau,comparisons,geometry,sample_efficiency}.{csv,parquet},
+plots/*.{png,svg}, report.md, report.html. Every plot draws error bars over seeds (the rule: seed_bands) and says
+which in its title and caption; `comparisons` says which differences the report makes are larger than that noise,
+and gives no verdict where a run is still on the unigram plateau (crossbert_model.plateau): `plateau` says which.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.shared_loss import SHARED_LOSS_KEYS, SHARED_LOSS_R50
+from crossbert_model.plateau import PLATEAU_MARGIN, off_plateau, plateau_margin, unigram_entropy_key, unigram_entropy_key_for
+from crossbert_model.shared_loss import SHARED_LOSS_KEYS, SHARED_LOSS_R50, protocol_key
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
 from .results import RESULTS_FILE, ResultsStore, duplicate_units, normalise_row
@@ -37,6 +40,9 @@ class ReportError(CrossbertError, ValueError):
 
 # Loss columns of checkpoints.jsonl, native first; shared-protocol ones exist for checkpoints trained since they did.
 LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
+# Unigram entropies and own mask ratios of runs trained before the trainer recorded them, one row per run
+# (crossbert_eval.sweep.fill_unigram_entropies, `crossbert plateau SWEEP_DIR`): they fill checkpoints.jsonl's gaps.
+UNIGRAM_FILE = "unigram_entropies.jsonl"
 
 def _results_path(root: Path) -> Path:
     return root / "results" / RESULTS_FILE
@@ -48,8 +54,22 @@ def result_rows(root: Path) -> list[dict]:
 
 
 def load_checkpoints(root: Path) -> pd.DataFrame:
-    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params)."""
-    return pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params), with
+    the own mask ratio and unigram entropies of older runs filled in from UNIGRAM_FILE where it exists."""
+    checkpoints = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl"))
+    return fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
+
+
+def fill_by_run(checkpoints: pd.DataFrame, filled: pd.DataFrame) -> pd.DataFrame:
+    """The missing `mask_ratio` and `unigram_entropy_*` values of `checkpoints`, from `filled`'s row of the same run."""
+    if checkpoints.empty or filled.empty:
+        return checkpoints
+    by_run = filled.drop_duplicates("run", keep="last").set_index("run")
+    out = checkpoints.copy()
+    for col in [c for c in by_run.columns if c == "mask_ratio" or c.startswith("unigram_entropy")]:
+        values = pd.to_numeric(out["run"].map(by_run[col]), errors="coerce")
+        out[col] = pd.to_numeric(out[col], errors="coerce").fillna(values) if col in out else values
+    return out
 
 
 def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
@@ -130,6 +150,32 @@ def by_size(summary: pd.DataFrame) -> pd.DataFrame:
     out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
            .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
     return out.reset_index().sort_values(["objective", "params_non_embedding"])
+
+
+def _number(value) -> float:
+    return float(value) if value is not None and pd.notna(value) else np.nan
+
+
+def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """Per run (final checkpoint): the shared-protocol loss at its own training ratio against the unigram
+    entropy of the same targets, the margin between them, and whether the run is off the plateau
+    (crossbert_model.plateau.off_plateau: at least PLATEAU_MARGIN below); 'unknown' for a run that recorded
+    no entropy or no loss at its own ratio."""
+    if checkpoints.empty or "run" not in checkpoints.columns:
+        return pd.DataFrame()
+    final = checkpoints[checkpoints["step"] == checkpoints["total_steps"]].drop_duplicates("run", keep="last")
+    rows = []
+    order = [c for c in ("objective", "params_non_embedding", "seed") if c in final.columns]
+    for _, r in final.sort_values(order).iterrows():
+        ratio = _number(r.get("mask_ratio"))
+        known = not np.isnan(ratio)
+        loss = _number(r.get(protocol_key("shared_loss", ratio))) if known else np.nan
+        entropy = _number(r.get(unigram_entropy_key(ratio))) if known else np.nan
+        off = off_plateau(loss, entropy)
+        rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "own_ratio": ratio,
+                     "own_ratio_shared_loss": loss, "unigram_entropy": entropy, "margin": plateau_margin(loss, entropy),
+                     "off_plateau": "unknown" if off is None else ("yes" if off else "no")})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,12 +305,14 @@ def paired_verdicts(table: pd.DataFrame, predictions) -> pd.DataFrame:
     return out
 
 
-def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None) -> pd.DataFrame:
+def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None, plateau: pd.DataFrame | None = None,
+                ) -> pd.DataFrame:  # fmt: skip
     """The comparisons the report makes, each with its verdict against the noise:
     * objectives at each size: the flat MLM (reference) vs every other objective, per task and probe
       (final checkpoints, last layer, main metric);
     * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe.
-    `predictions` (ResultsStore.load_predictions) lets two 1-seed scores be compared paired (paired_verdicts)."""
+    `predictions` (ResultsStore.load_predictions) lets two 1-seed scores be compared paired (paired_verdicts);
+    `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the plateau."""
     final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
     if final.empty:
         return pd.DataFrame()
@@ -287,9 +335,36 @@ def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None) 
         return pd.DataFrame()
     out = paired_verdicts(noise_verdicts(pd.concat(parts, ignore_index=True)), predictions)
     out["objective"] = out["objective"].fillna("") if "objective" in out else ""
+    out = plateau_verdicts(out, plateau)
     out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
     return out[["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
                 "a_seeds", "b_seeds", "noise", "verdict"]]  # fmt: skip
+
+
+def plateau_runs(plateau: pd.DataFrame | None, size, objectives) -> list[str]:
+    """The runs of `objectives` at `size` (every seed) that are still on the unigram plateau."""
+    if plateau is None or plateau.empty:
+        return []
+    on = plateau[(plateau["off_plateau"] == "no") & (plateau["size"] == size) & plateau["objective"].isin(list(objectives))]
+    return sorted(on["run"])
+
+
+def not_comparable(runs: list[str]) -> str:
+    return f"not comparable: {', '.join(runs)} on the unigram plateau"
+
+
+def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.DataFrame:
+    """A comparison that involves a run on the unigram plateau (any seed of either side: both objectives
+    of an objective comparison, the objective of a depth comparison) gets no verdict but
+    'not comparable: <runs> on the unigram plateau' (issue 20). The numbers stay."""
+    if plateau is None or plateau.empty:
+        return table
+    out = table.copy()
+    for i, row in out.iterrows():
+        runs = plateau_runs(plateau, row["size"], [row["objective"]] if row["objective"] else [row["a"], row["b"]])
+        if runs:
+            out.loc[i, "verdict"] = not_comparable(runs)
+    return out
 
 
 def noise_paragraph(table: pd.DataFrame) -> str:
@@ -299,13 +374,15 @@ def noise_paragraph(table: pd.DataFrame) -> str:
     lines = []
     for comparison, sub in table.groupby("comparison", sort=False):
         counts = sub["verdict"].value_counts()
+        withheld = int(sub["verdict"].str.startswith("not comparable").sum())
         beyond = sub[sub["verdict"] == "beyond noise"]
         named = ", ".join(
             f"{(r['objective'] + ' ') if r['objective'] else ''}{r['size']} {r['task']}:{r['probe']} ({r['diff']:+.2f})" for _, r in beyond.iterrows()
         )
         lines.append(
             f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are larger than the noise"
-            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} without a noise estimate)"
+            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} without a noise estimate"
+            + (f", {withheld} not comparable: a run on the unigram plateau" if withheld else "") + ")"
             + (f": {named}." if named else ".")
         )
     return "\n".join(lines)
@@ -410,10 +487,35 @@ def plot_collapse(sizes: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "collapse", caption)
 
 
-def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
+PLATEAU_LABEL = "unigram entropy (plateau)"
+
+
+def plateau_levels(checkpoints: pd.DataFrame, loss: str) -> list[tuple[float, str, str]]:
+    """The horizontal line(s) a plot of `loss` draws at the unigram entropy of its targets
+    (crossbert_model.plateau; each run's own tokenizer and targets): one black line where every
+    objective's runs agree to 0.005 nats, else one per objective in its colour (mean over its runs)."""
+    col = unigram_entropy_key_for(loss)
+    if checkpoints.empty or col not in checkpoints.columns:
+        return []
+    values = checkpoints.dropna(subset=[col]).groupby("objective")[col].mean()
+    if values.empty:
+        return []
+    if values.max() - values.min() < 0.005:
+        return [(float(values.mean()), PLATEAU_LABEL, "black")]
+    return [(float(v), f"{PLATEAU_LABEL}, {objective}", _color(objective)) for objective, v in values.items()]
+
+
+def _draw_levels(ax, levels: list[tuple[float, str, str]]) -> None:
+    """Horizontal reference lines, dash-dot-dot: a style no size's line has (SIZE_STYLES)."""
+    for y, label, color in levels:
+        ax.axhline(y, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=label)
+
+
+def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None) -> list[Path]:
     """Loss against probe score. Objectives are put side by side by the shared-protocol loss (the same
     masks, pure [MASK] for MLM, visible-only encoder for CrossBERT); each objective's native validation
-    loss is a different task and is used only where a sweep predates the shared loss."""
+    loss is a different task and is used only where a sweep predates the shared loss. The loss panel
+    draws the unigram entropy of the same targets (from `checkpoints`), the plateau."""
     plt = _pyplot()
     probe_col = next((c for c in ("glue_linear", "mteb_avg", "glue_knn") if c in sizes.columns), None)
     loss_col = next((c for c in (SHARED_LOSS_R50, "val_loss") if c in sizes.columns and sizes[c].notna().any()), None)
@@ -421,6 +523,7 @@ def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path) -> list[Path]:
         return []
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     bands = _lines(a, sizes, "params_non_embedding", loss_col)
+    _draw_levels(a, plateau_levels(checkpoints if checkpoints is not None else pd.DataFrame(), loss_col))
     _log_x(a)
     a.set_xlabel("encoder parameters, non-embedding (count, log)")
     a.set_ylabel("masked-token loss (nats)")
@@ -447,10 +550,11 @@ SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("-
 
 def _panel_grid(
     df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str = "score (%)",
-    log_x: bool = False,
+    log_x: bool = False, levels: dict | None = None,
 ) -> list[Path]:  # fmt: skip
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
-    marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title."""
+    marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title.
+    `levels`: {panel key: [(y, label, colour)]}, horizontal reference lines (plateau_levels)."""
     plt = _pyplot()
     if df.empty:
         return []
@@ -470,6 +574,7 @@ def _panel_grid(
             style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
             ax.errorbar(line[x], line["mean"], yerr=_yerr(line), ls=style, marker=marker, ms=4, capsize=2, color=_color(objective),
                         label=f"{objective} {size}")  # fmt: skip
+        _draw_levels(ax, (levels or {}).get((first, second), []))
         if log_x:
             _log_x(ax)
         what = f" ({sub['metric'].iloc[0]})" if panel[1] != "metric" and "metric" in sub else ""
@@ -482,7 +587,9 @@ def _panel_grid(
     legend = {}
     for ax in axes.flat:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    labels = sorted(legend, key=lambda label: (label.rsplit(" ", 1)[0], sizes.index(label.rsplit(" ", 1)[1])))
+    runs = [label for label in legend if label.rsplit(" ", 1)[-1] in sizes]  # "objective size"; reference lines last
+    labels = sorted(runs, key=lambda label: (label.rsplit(" ", 1)[0], sizes.index(label.rsplit(" ", 1)[1])))
+    labels += [label for label in legend if label not in runs]
     fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=8)
     caption = band_caption(drawn)
     fig.suptitle(f"{title}\n{caption}")
@@ -529,14 +636,18 @@ def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_losses(checkpoints: pd.DataFrame, out: Path) -> list[Path]:
-    """Native and shared-protocol masked-token losses against tokens and against FLOPs."""
+    """Native and shared-protocol masked-token losses against tokens and against FLOPs, each panel with
+    the unigram entropy of its targets (the plateau) as a horizontal line."""
     curves = loss_curves(checkpoints)
     if not _along_training(curves):
         return []
+    panels = curves[["loss", "protocol"]].drop_duplicates().itertuples(index=False)
+    levels = {(loss, protocol): plateau_levels(checkpoints, loss) for loss, protocol in panels}
     paths = []
     for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
         paths += _panel_grid(curves, x, xlabel, "Masked-token loss along training (compare objectives by the shared protocol)", out,
-                             f"losses{suffix}", panel=("loss", "protocol"), ylabel="cross-entropy (nats)", log_x=log_x)  # fmt: skip
+                             f"losses{suffix}", panel=("loss", "protocol"), ylabel="cross-entropy (nats)", log_x=log_x,
+                             levels=levels)  # fmt: skip
     return paths
 
 
@@ -555,11 +666,13 @@ def _budget_to_reach(curve: pd.DataFrame, x: str, target: float) -> tuple[float,
     return np.nan, "not reached"
 
 
-def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50) -> pd.DataFrame:
+def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, plateau: pd.DataFrame | None = None,
+                      ) -> pd.DataFrame:  # fmt: skip
     """How many corpus tokens (and FLOPs) each objective needs to reach each reference objective's
     shared-protocol loss at the reference's final checkpoint, per size, on seed-mean curves. ratio > 1:
     the objective needs that many times the reference's tokens (the paper's "2x sample efficiency" of CMS
-    is tokens_ratio = 2 for CrossBERT without CMS against CrossBERT with it)."""
+    is tokens_ratio = 2 for CrossBERT without CMS against CrossBERT with it). A pair with a run on the
+    unigram plateau (`plateau`: plateau_table) says so in `note`."""
     curves = loss_curves(checkpoints)
     if curves.empty or loss not in set(curves["loss"]):
         return pd.DataFrame()
@@ -575,10 +688,12 @@ def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50) ->
                     continue
                 curve = by_size[by_size["objective"] == other]
                 need = {x: _budget_to_reach(curve, x, ref["score"]) for x in TRAINING_AXES}
+                on_plateau = plateau_runs(plateau, size, [reference, other])
+                note = "; ".join(n for n in (need["corpus_tokens"][1], not_comparable(on_plateau) if on_plateau else "") if n)
                 rows.append({"size": size, "reference": reference, "objective": other, "loss": loss, "target": ref["score"],
                              "reference_tokens": ref["corpus_tokens"], "tokens_needed": need["corpus_tokens"][0],
                              "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
-                             "flops_ratio": need["train_flops"][0] / ref["train_flops"], "note": need["corpus_tokens"][1]})  # fmt: skip
+                             "flops_ratio": need["train_flops"][0] / ref["train_flops"], "note": note})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -679,18 +794,21 @@ def build_report(root: Path) -> Path | None:
     summary = summarise(scores)
     sizes = by_size(summary)
     geo = load_geometry(root, rows)
+    checkpoints = load_checkpoints(root)
+    plateau = plateau_table(checkpoints)
     extras = {
-        "comparisons": comparisons(scores, predictions=ResultsStore(root / "results").load_predictions),
+        "plateau": plateau,
+        "comparisons": comparisons(scores, predictions=ResultsStore(root / "results").load_predictions, plateau=plateau),
         "geometry": geometry_table(geo),
-        "sample_efficiency": sample_efficiency(load_checkpoints(root)),
+        "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
     }
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
     plots_dir = root / "plots"
     CAPTIONS.clear()
-    plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir) + plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir)
-    plots += plot_losses(load_checkpoints(root), plots_dir)
+    plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir, checkpoints)
+    plots += plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir) + plot_losses(checkpoints, plots_dir)
     plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir) + plot_geometry_training(geo, plots_dir)
     md = render_markdown(root, sizes, summary, scores, [p for p in plots if p.suffix == ".png"], duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
@@ -743,6 +861,7 @@ def render_markdown(
     shown = sizes[["objective", "size", "params_non_embedding", "train_flops", *losses, *with_std, "seeds"]]
     layer_best = _layer_best(scores)
     compared = extras.get("comparisons", pd.DataFrame())
+    plateau = extras.get("plateau", pd.DataFrame())
     geometry = extras.get("geometry", pd.DataFrame())
     efficiency = extras.get("sample_efficiency", pd.DataFrame())
     parts = [
@@ -767,6 +886,14 @@ def render_markdown(
         "",
         _markdown_table(layer_best),
         "",
+        *(["## The unigram plateau", "",
+           "A model that knows token frequencies and nothing else scores the unigram entropy of the targets "
+           "(crossbert_model/plateau.py: add-one-smoothed unigram counts of the run's training sequences). A run is off the "
+           f"plateau when its shared-protocol loss at its own training ratio is at least {PLATEAU_MARGIN:g} nats below the "
+           "unigram entropy of the same targets (issue 20); a comparison that involves a run on the plateau gives no verdict "
+           "below (`not comparable`). `unknown`: the run recorded no unigram entropy (runs trained before it was recorded: "
+           "`crossbert plateau SWEEP_DIR` fills it in).", "", _markdown_table(plateau, floatfmt="{:.3f}"), ""]
+          if len(plateau) else []),  # fmt: skip
         "## Which differences are larger than the noise",
         "",
         "Noise: with 3 or more seeds mean ± std over seeds, with 2 the min–max, with 1 the 95% bootstrap interval over "
@@ -811,7 +938,7 @@ def render_markdown(
         "```",
         "",
         "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
-        "`tables/summary_by_size.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
+        "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
     ]
     return "\n".join(parts) + "\n"
 

@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict
+from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config
 from crossbert_model.checkpoint import list_checkpoints
-from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.config import parameter_counts, training_flops_per_token
-from crossbert_model.train import TrainConfig, model_config_from_args, validate_config
+from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
+from crossbert_model.train import TrainConfig, model_config_from_args, unigram_entropies_for_run, validate_config
 from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, data_root, provenance, read_jsonl, set_offline_env
+
+from .report import UNIGRAM_FILE
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -224,6 +226,7 @@ class Sweep:
         if (run.key, step) in known:
             return
         state = json.loads((path / "trainer_state.json").read_text())
+        metrics = state.get("metrics") or {}
         config = encoder.model.config
         counts = parameter_counts(config)
         row = {
@@ -232,9 +235,10 @@ class Sweep:
             "params_non_embedding": counts["encoder_non_embedding"], "params_encoder": counts["encoder"],
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
             "corpus_tokens": state["corpus_tokens"], "train_flops": state["train_flops"],
-            "val_loss": (state.get("metrics") or {}).get("val_loss"), "val_ppl": (state.get("metrics") or {}).get("val_ppl"),
-            # the loss both objectives answer identically (crossbert_model.shared_loss): the one to compare them by
-            **{key: (state.get("metrics") or {}).get(key) for key in SHARED_LOSS_KEYS.values()},
+            "val_loss": metrics.get("val_loss"), "val_ppl": metrics.get("val_ppl"), "mask_ratio": config.mask_ratio,
+            # the loss both objectives answer identically (crossbert_model.shared_loss): the one to compare them by, at
+            # the protocol's ratios and the run's own, and the unigram entropies of its targets (crossbert_model.plateau)
+            **{key: metrics.get(key) for key in plateau_metric_keys(config.mask_ratio)},
         }  # fmt: skip
         append_jsonl(self.checkpoints_file, [row])
 
@@ -264,6 +268,43 @@ class Sweep:
             self.report()
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
+
+
+def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None, overrides: list[str] | None = None,
+                           data_root_dir: str | None = None) -> Path:  # fmt: skip
+    """The unigram entropies (crossbert_model.plateau) of a sweep's runs trained before the trainer recorded
+    them, into <root>/unigram_entropies.jsonl (with each run's own mask ratio), from which the report fills
+    what checkpoints.jsonl lacks. Each run's config comes from the sweep's plan (sweep.yaml, `overrides` as
+    key=value), its corpus is read with the tokenizer the runs were trained with: `tokenizer`, else
+    <root>/tokenizer (a committed sweep's pinned copy), else the run's final checkpoint. The corpus is
+    tokenized once if the token cache (the plan's data.cache_dir) lacks it; no model is loaded."""
+    set_offline_env()
+    root = Path(root)
+    if not (root / "sweep.yaml").is_file():
+        raise ConfigError(f"{root}: not a sweep folder (no sweep.yaml): nothing to fill")
+    cfg = load_config(SweepConfig, root / "sweep.yaml", overrides)
+    cfg.data_root = str(data_root(data_root_dir))  # this machine's: the recorded one may be another's
+    final = {r["run"]: r for r in read_jsonl(root / "checkpoints.jsonl") if r.get("step") == r.get("total_steps")}
+    rows = []
+    for run in [r for r in plan_runs(cfg) if r.key in final]:
+        source = _trained_tokenizer(root, final[run.key], tokenizer)
+        log.info("unigram entropies of %s (tokenizer %s)", run.key, source)
+        entropies = unigram_entropies_for_run(run.train, source)
+        ratio = model_config_from_args(run.train.model, run.train.data).mask_ratio
+        rows.append({"run": run.key, "mask_ratio": ratio, **entropies, "tokenizer": str(source), "smoothing": SMOOTHING})
+    atomic_write_text(root / UNIGRAM_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    return root / UNIGRAM_FILE
+
+
+def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None) -> Path:
+    """The tokenizer a sweep's run was trained with: as given, the sweep's pinned copy, or its checkpoint's."""
+    for candidate in (tokenizer, root / "tokenizer", final_row.get("checkpoint")):
+        if candidate is not None and (Path(candidate) / "tokenizer.json").is_file():
+            return Path(candidate)
+    raise ConfigError(
+        f"{root}: no tokenizer for run {final_row['run']}: pass the folder its runs were trained with "
+        f"(looked in {tokenizer or '(none given)'}, {root / 'tokenizer'}, {final_row.get('checkpoint')})"
+    )
 
 
 def run_sweep(cfg: SweepConfig) -> Path:

@@ -779,6 +779,20 @@ class PackedSequences:
         return torch.from_numpy(out)
 
 
+def unigram_counts(sequences: PackedSequences, vocab_size: int, chunk: int = 1 << 24) -> np.ndarray:
+    """How often each token id (0 .. vocab_size - 1) occurs in `sequences` as a model reads them: the
+    tokens of every complete [CLS] window [SEP] sequence, so [CLS] and [SEP] count once per sequence
+    (they are targets too) and the stream's last, partial window, which no sequence holds, not at all.
+    Read in chunks of the memory-mapped stream: a billion tokens cost seconds and no extra memory."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    end = len(sequences) * sequences.window
+    for start in range(0, end, chunk):
+        counts += np.bincount(sequences.tokens[start : min(end, start + chunk)], minlength=vocab_size)
+    counts[sequences.cls_id] += len(sequences)
+    counts[sequences.sep_id] += len(sequences)
+    return counts
+
+
 class EpochSampler:
     """Global sample g of the run is sequence perm_{g // N}[g % N], perm_e a seeded permutation:
     the batch of any step is computable without replaying the data loader."""

@@ -177,3 +177,14 @@ def num_targets(batch: dict) -> int:
     packing = batch if "query_positions" in batch else crossbert_packing(batch["visible"], batch.get("attention_mask"))
     valid = packing["query_valid"]
     return packing["query_positions"].numel() if valid is None else int(valid.sum())
+
+
+def target_ids(batch: dict) -> torch.Tensor:
+    """The original ids of the tokens the batch asks the model to predict, one entry per prediction
+    (as many as `num_targets`): a flat MLM's labels, a CrossBERT's queried tokens of every view."""
+    if "labels" in batch:
+        return batch["labels"][batch["labels"] != -100]
+    packing = batch if "query_positions" in batch else crossbert_packing(batch["visible"], batch.get("attention_mask"))
+    positions, valid = packing["query_positions"], packing["query_valid"]
+    ids = batch["input_ids"].unsqueeze(1).expand(-1, positions.shape[1], -1).gather(2, positions)
+    return ids.reshape(-1) if valid is None else ids[valid]

@@ -16,6 +16,10 @@ same question:
     from crossbert_model.shared_loss import shared_losses_for_checkpoint
     shared_losses_for_checkpoint("runs/tiny_mlm/checkpoints/step_0000300")
     # {"shared_loss_r15": ..., "shared_loss_r50": ..., "shared_targets_r15": ..., ...}
+
+A run whose own mask ratio is not one of SHARED_LOSS_RATIOS is also scored at that ratio
+(`protocol_ratios`; a flat MLM at 0.3 records `shared_loss_r30`), so the loss at its own ratio, which
+decides whether it is off the unigram plateau (crossbert_model.plateau), is always measured exactly.
 """
 
 from __future__ import annotations
@@ -30,16 +34,31 @@ from .errors import CrossbertError
 from .masking import random_ranks
 
 # The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
-# gives K = 2 exact complements), so each objective is also scored at the other's working point.
+# gives K = 2 exact complements), so each objective is also scored at the other's working point. A run
+# trained at another ratio is scored at its own ratio too (`protocol_ratios`).
 SHARED_LOSS_RATIOS = (0.15, 0.5)
 # The one seed of the protocol's selections. Fixed forever: changing it changes every shared loss
 # ever recorded, so runs scored before and after would no longer be comparable.
 SHARED_LOSS_SEED = 1234
-# One metric name per ratio (metrics.jsonl, trainer_state.json, sweep tables), and its token count.
-SHARED_LOSS_R15 = "shared_loss_r15"
-SHARED_LOSS_R50 = "shared_loss_r50"
-SHARED_LOSS_KEYS = {0.15: SHARED_LOSS_R15, 0.5: SHARED_LOSS_R50}
-SHARED_TARGETS_KEYS = {0.15: "shared_targets_r15", 0.5: "shared_targets_r50"}
+
+
+def protocol_key(quantity: str, ratio: float) -> str:
+    """The one naming of a per-ratio metric (metrics.jsonl, trainer_state.json, sweep tables):
+    protocol_key("shared_loss", 0.15) == "shared_loss_r15"; a ratio that is not a whole percent keeps
+    two decimals of it, with 'p' for the point (2/3 -> "r66p67")."""
+    return f"{quantity}_r{round(100 * ratio, 2):g}".replace(".", "p")
+
+
+def protocol_ratios(own_ratio: float | None = None) -> tuple[float, ...]:
+    """The ratios a run is scored at: SHARED_LOSS_RATIOS, plus its own training ratio when that is not
+    one of them, so that its loss at its own ratio is always measured exactly."""
+    return tuple(sorted(set(SHARED_LOSS_RATIOS) | ({own_ratio} if own_ratio is not None else set())))
+
+
+# The metric names of the protocol's fixed ratios: the loss, and how many tokens it averages.
+SHARED_LOSS_KEYS = {ratio: protocol_key("shared_loss", ratio) for ratio in SHARED_LOSS_RATIOS}
+SHARED_TARGETS_KEYS = {ratio: protocol_key("shared_targets", ratio) for ratio in SHARED_LOSS_RATIOS}
+SHARED_LOSS_R15, SHARED_LOSS_R50 = SHARED_LOSS_KEYS[0.15], SHARED_LOSS_KEYS[0.5]
 
 
 class SharedLossError(CrossbertError, ValueError):
@@ -128,38 +147,23 @@ def shared_loss_sums(
 
 
 def shared_loss_metrics(sums: dict[float, tuple[float, int]]) -> dict:
-    """Metric rows: `shared_loss_r15` = sum / count over the whole set, and its token count."""
+    """Metric rows: `shared_loss_r15` = sum / count over the whole set, and its token count
+    (`shared_targets_r15`), for every ratio of `sums` (names: protocol_key)."""
     metrics = {}
     for ratio, (total, count) in sums.items():
-        metrics[SHARED_LOSS_KEYS[ratio]] = total / max(count, 1)
-        metrics[SHARED_TARGETS_KEYS[ratio]] = int(count)
+        metrics[protocol_key("shared_loss", ratio)] = total / max(count, 1)
+        metrics[protocol_key("shared_targets", ratio)] = int(count)
     return metrics
 
 
-def shared_losses_for_checkpoint(
-    path: str | Path,
-    overrides: list[str] | None = None,
-    eval_sequences: int | None = None,
-    batch_size: int | None = None,
-    dtype: str = "fp32",
-    device: str = "cpu",
-) -> dict:
-    """The shared-protocol losses of an existing checkpoint folder (runs/<name>/checkpoints/step_N),
-    on the validation sequences of its run (data settings from the run's config.yaml; `overrides`
-    are key=value strings as on the command line, e.g. ["data.cache_dir=/elsewhere/cache"]).
-
-    The same numbers `Trainer.evaluate` records for runs trained since, given the same eval_sequences
-    and dtype; also scores runs trained before the protocol existed."""
+def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None):
+    """The TrainConfig of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to, from
+    the run's config.yaml (`overrides`: key=value strings as on the command line, e.g.
+    ["data.cache_dir=/elsewhere/cache"]), set to read the corpus with the checkpoint's own tokenizer."""
     from .args import load_config
-    from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
-    from .data import check_tokenizer_matches, prepare_data
-    from .hardware import torch_autocast_dtype
     from .train import TrainConfig
-    from .utils import data_root, set_offline_env
+    from .utils import data_root
 
-    set_offline_env()
-    if dtype not in ("fp32", "bf16"):
-        raise SharedLossError(f"shared-protocol field 'dtype': expected fp32 or bf16, got {dtype!r}")
     path = Path(path)
     config_file = path.parent.parent / "config.yaml"
     if not config_file.is_file():
@@ -172,6 +176,34 @@ def shared_losses_for_checkpoint(
     cfg.data.tokenizer = str(path)
     if "data_root" in cfg.data.corpus:
         cfg.data.data_root = str(data_root(cfg.data.data_root))
+    return cfg
+
+
+def shared_losses_for_checkpoint(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    eval_sequences: int | None = None,
+    batch_size: int | None = None,
+    dtype: str = "fp32",
+    device: str = "cpu",
+) -> dict:
+    """The shared-protocol losses of an existing checkpoint folder (runs/<name>/checkpoints/step_N),
+    on the validation sequences of its run (data settings from the run's config.yaml, see
+    `checkpoint_train_config`), at every ratio of `protocol_ratios` (the model's own included).
+
+    The same numbers `Trainer.evaluate` records for runs trained since, given the same eval_sequences
+    and dtype; also scores runs trained before the protocol existed. (The unigram entropies of the
+    same targets: crossbert_model.train.unigram_entropies_for_checkpoint.)"""
+    from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
+    from .data import check_tokenizer_matches, prepare_data
+    from .hardware import torch_autocast_dtype
+    from .utils import set_offline_env
+
+    set_offline_env()
+    if dtype not in ("fp32", "bf16"):
+        raise SharedLossError(f"shared-protocol field 'dtype': expected fp32 or bf16, got {dtype!r}")
+    path = Path(path)
+    cfg, config_file = checkpoint_train_config(path, overrides), path.parent.parent / "config.yaml"
     data = prepare_data(cfg.data)
     model = pretraining_model_from_pretrained(path).to(device).eval()
     check_tokenizer_matches(model.config, data.tokenizer, f"tokenizer of {config_file}")
@@ -179,11 +211,11 @@ def shared_losses_for_checkpoint(
     if n == 0:
         raise SharedLossError(f"{config_file}: the run's validation split is empty (data.val_fraction): nothing to score")
     ids = data.val.get(np.arange(n))
+    selections = protocol_selections(torch.ones_like(ids), protocol_ratios(model.config.mask_ratio))
     amp = torch_autocast_dtype(dtype)
     with torch.no_grad():
         sums = shared_loss_sums(
-            model, model.config, ids, protocol_selections(torch.ones_like(ids)), batch_size or cfg.batch_size,
-            torch.device(device),
+            model, model.config, ids, selections, batch_size or cfg.batch_size, torch.device(device),
             autocast=lambda: torch.autocast(torch.device(device).type, dtype=amp or torch.float32, enabled=amp is not None),
         )
     step = read_trainer_state(path).get("step")

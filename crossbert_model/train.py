@@ -57,11 +57,13 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, describe, training_flops_per_token
-from .data import DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
+from .data import CorpusData, DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
+from .data import unigram_counts
 from .hardware import DTYPES, matmul_flops, resolve_precision, torch_autocast_dtype
-from .masking import num_targets, pretraining_batch
+from .masking import num_targets, pretraining_batch, target_ids
 from .model import Block, PredictorBlock, pretraining_model_for
-from .shared_loss import protocol_selections, shared_loss_metrics, shared_loss_sums
+from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
+from .shared_loss import checkpoint_train_config, protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
 from .errors import CrossbertError, debug_requested, exit_on_user_error
 
@@ -338,6 +340,48 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(state)
 
 
+def validation_batches(data: CorpusData, n: int, config: CrossBertConfig, seed: int, batch_size: int) -> Iterator[dict]:
+    """The fixed batches `val_loss` scores: the first n validation sequences in batches of `batch_size`,
+    with the objective's own masks from one generator seeded by the run seed (the same at every
+    evaluation). Whole batches: under DDP each process scores its share of each."""
+    generator = step_generator(seed, 0, stream=1)
+    for start in range(0, n, batch_size):
+        ids = data.val.get(np.arange(start, min(n, start + batch_size)))
+        yield pretraining_batch(ids, torch.ones_like(ids), config, generator)
+
+
+def unigram_entropies(data: CorpusData, config: CrossBertConfig, cfg: TrainConfig) -> dict[str, float]:
+    """The unigram plateau of a run (crossbert_model.plateau): the cross-entropy, under the unigram
+    distribution of its training sequences, of the targets `val_loss` scores (`unigram_entropy_val`)
+    and of those the shared protocol scores at each of the run's ratios (`unigram_entropy_r15`, ...)."""
+    n = min(cfg.eval_sequences, len(data.val))
+    if n == 0:
+        return {}
+    counts = unigram_counts(data.train, config.vocab_size)
+    val_targets = torch.cat([target_ids(b) for b in validation_batches(data, n, config, cfg.seed, cfg.batch_size)])
+    shared = protocol_unigram_entropies(counts, data.val.get(np.arange(n)), config.mask_ratio)
+    return {UNIGRAM_ENTROPY_VAL: unigram_cross_entropy(counts, val_targets), **shared}
+
+
+def unigram_entropies_for_run(cfg: TrainConfig, tokenizer: str | Path | None = None) -> dict[str, float]:
+    """The unigram entropies the trainer records, for a run trained before it recorded them: from the
+    run's config (its config.yaml, or a sweep's plan) and the tokenizer it was trained with (a folder;
+    default: the config's data.tokenizer). The corpus is read from the token cache, or tokenized once."""
+    set_offline_env()
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data))
+    cfg.data.tokenizer = str(tokenizer) if tokenizer is not None else cfg.data.tokenizer
+    if "data_root" in cfg.data.corpus:
+        cfg.data.data_root = str(data_root(cfg.data.data_root))
+    data = prepare_data(cfg.data)
+    return unigram_entropies(data, build_model_config(cfg, data.tokenizer), cfg)
+
+
+def unigram_entropies_for_checkpoint(path: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
+    """The unigram entropies of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to,
+    with the checkpoint's tokenizer: the numbers the trainer records in runs trained since."""
+    return unigram_entropies_for_run(checkpoint_train_config(path, overrides))
+
+
 def make_optimizer(model: torch.nn.Module, o: OptimArgs, device: torch.device = torch.device("cpu")) -> torch.optim.AdamW:
     # No weight decay on norms, biases and the mask embedding (all 1-D), as in BERT / GPT-2.
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -451,6 +495,9 @@ class Trainer:
 
         self.model_config = build_model_config(cfg, self.data.tokenizer)
         self.max_loss = divergence_threshold(self.model_config.vocab_size)
+        # Where a model that knows only token frequencies stands: recorded in run_info.json and beside
+        # every evaluation's losses (crossbert_model.plateau).
+        self.unigram_entropies = unigram_entropies(self.data, self.model_config, cfg)
         self.total_steps = cfg.total_steps()
         self.amp_dtype = torch_autocast_dtype(cfg.dtype)
         torch.manual_seed(cfg.seed)
@@ -511,6 +558,7 @@ class Trainer:
             "autocast_dtype": str(self.amp_dtype) if self.amp_dtype else "float32",
             "peak_flops": self.peak_flops,
             "divergence_threshold": self.max_loss,
+            "unigram_entropies": {**self.unigram_entropies, "smoothing": SMOOTHING},
             "data": self.data.meta,
             "config_history": history,
             **provenance(),
@@ -602,18 +650,16 @@ class Trainer:
     def evaluate(self) -> dict:
         """Masked-token loss on a fixed set of held-out sequences with fixed masks (perplexity for MLM):
         `val_loss` is the objective's own task (not comparable across objectives), `shared_loss_r15` /
-        `shared_loss_r50` the shared protocol's (comparable; see crossbert_model.shared_loss)."""
+        `shared_loss_r50` the shared protocol's (comparable; see crossbert_model.shared_loss), each
+        beside the unigram entropy of its targets (`unigram_entropy_val`, `unigram_entropy_r15`, ...)."""
         cfg, env = self.cfg, self.env
         n = min(cfg.eval_sequences, len(self.data.val))
         if n == 0:
             return {}
         self.model.eval()
         total, count = 0.0, 0
-        generator = step_generator(cfg.seed, 0, stream=1)
-        for start in range(0, n, cfg.batch_size):
-            ids = self.data.val.get(np.arange(start, min(n, start + cfg.batch_size)))
-            batch = pretraining_batch(ids, torch.ones_like(ids), self.model_config, generator)
-            rows = len(ids)
+        for batch in validation_batches(self.data, n, self.model_config, cfg.seed, cfg.batch_size):
+            rows = len(batch["input_ids"])
             lo, hi = env.rank * rows // env.world_size, (env.rank + 1) * rows // env.world_size
             part = to_device(slice_batch(batch, lo, hi), env.device)
             with self._autocast():
@@ -625,16 +671,18 @@ class Trainer:
         total, count = D.all_reduce_sum(env, total, count)
         val_loss = total / max(count, 1)
         metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0)), "val_targets": int(count)}
-        return {**metrics, **shared_loss_metrics(shared)}
+        return {**metrics, **shared_loss_metrics(shared), **self.unigram_entropies}
 
     def _shared_loss_sums(self, n: int) -> dict[float, tuple[float, int]]:
         """The objective-independent masked-token loss (crossbert_model.shared_loss) on the same n
-        validation sequences: the number that compares a flat MLM run with a CrossBERT run."""
+        validation sequences, at the protocol's ratios and the run's own: the number that compares a
+        flat MLM run with a CrossBERT run."""
         cfg, env = self.cfg, self.env
         ids = self.data.val.get(np.arange(n))
         model = self.model if cfg.distributed == "fsdp" else self.hf_model
+        selections = protocol_selections(torch.ones_like(ids), protocol_ratios(self.model_config.mask_ratio))
         sums = shared_loss_sums(
-            model, self.model_config, ids, protocol_selections(torch.ones_like(ids)), cfg.batch_size, env.device,
+            model, self.model_config, ids, selections, cfg.batch_size, env.device,
             autocast=self._autocast, rows=lambda r: (env.rank * r // env.world_size, (env.rank + 1) * r // env.world_size),
         )
         ratios = list(sums)

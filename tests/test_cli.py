@@ -100,6 +100,7 @@ CASES = {
     "unknown task": (
         lambda t, c: ["probe", "minilm", "--tasks", "SST2x", "--results", str(t / "r")], lambda t: {}, ["SST2x"]),
     "report of a missing folder": (lambda t, c: ["report", str(t / "nonexistent")], lambda t: {}, ["nonexistent"]),
+    "plateau of a folder that is no sweep": (lambda t, c: ["plateau", str(t)], lambda t: {}, ["not a sweep folder"]),
     "pickle weights": (
         lambda t, c: ["probe", str(_pickle_only_model(t)), "--tasks", "TREC", "--results", str(t / "r")], lambda t: {},
         ["pytorch_model.bin", "--allow-pickle"]),

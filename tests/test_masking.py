@@ -192,3 +192,22 @@ def test_pure_masking_replaces_every_selected_token_by_mask(real_batch):
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == 4).all())
     assert torch.equal(batch["input_ids"][~selected], ids[~selected])
+
+
+@pytest.mark.parametrize("objective, ratio, cms", [("mlm", 0.15, True), ("crossbert", 0.5, True), ("crossbert", 2 / 3, True),
+                                                    ("crossbert", 0.5, False)])  # fmt: skip
+def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(real_batch, objective, ratio, cms):
+    from crossbert_model.config import config_from_preset
+    from crossbert_model.masking import pretraining_batch, target_ids
+
+    ids, attention = real_batch
+    config = config_from_preset("nano", objective=objective, vocab_size=2048, mask_ratio=ratio, complementary_masking=cms)
+    batch = pretraining_batch(ids, attention, config, torch.Generator().manual_seed(0))
+    targets = target_ids(batch)
+    assert len(targets) == num_targets(batch)
+    if objective == "mlm":  # the selected tokens, before corruption
+        expected = ids[batch["labels"] != -100]
+    else:  # every real token once per view it is masked in (CMS: K - 1 views)
+        masked = attention.bool().unsqueeze(1) & ~batch["visible"]
+        expected = ids.unsqueeze(1).expand_as(masked)[masked]
+    assert torch.equal(torch.bincount(targets, minlength=2048), torch.bincount(expected, minlength=2048))

@@ -306,3 +306,62 @@ def test_sample_efficiency_averages_seeds_before_comparing():
     seeds = _loss_curve("a", 1.0, seed=0) + _loss_curve("a", 4.0, seed=1)  # seed mean: shifted by a factor 2
     rows = pd.DataFrame(seeds + _loss_curve("b", 4.0))
     assert sample_efficiency(rows).set_index(["reference", "objective"]).loc[("b", "a"), "tokens_ratio"] == pytest.approx(0.5)
+
+
+# -- the unigram plateau (crossbert_model.plateau) -------------------------------------------------------------
+
+
+def _rewrite_checkpoints(root: Path, edit) -> None:
+    path = root / "checkpoints.jsonl"
+    _write_jsonl(path, [edit(json.loads(line)) for line in path.read_text().splitlines()])
+
+
+def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdict(tmp_path):
+    cells = {
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # beyond noise, were both off
+        ("mlm", "STS-B", 2): [0.60, 0.61, 0.62], ("crossbert", "STS-B", 2): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52],
+        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
+    }  # fmt: skip
+    root = _noise_store(tmp_path, cells)
+    # every run 1.5 nats below the unigram entropy at its own ratio, but crossbert seed 1: 0.4 below, on the plateau;
+    # flat MLM recorded its entropies as runs do now, CrossBERT's were filled in afterwards (`crossbert plateau`)
+    def losses(row: dict) -> dict:
+        new = {"mask_ratio": 0.15, "unigram_entropy_r15": 7.0} if row["objective"] == "mlm" else {}
+        return {**row, **new, "shared_loss_r15": 5.5, "shared_loss_r50": 6.6 if row["run"] == "crossbert-nano-s1" else 5.5}
+
+    _rewrite_checkpoints(root, losses)
+    _write_jsonl(root / R.UNIGRAM_FILE, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
+                                          "tokenizer": "tok", "smoothing": "add-one"} for seed in range(3)])  # fmt: skip
+    md = build_report(root).read_text()
+    plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
+    off = {**{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
+    assert plateau["off_plateau"].to_dict() == off
+    assert plateau.loc["crossbert-nano-s1", "margin"] == pytest.approx(0.4) and plateau.loc["mlm-nano-s0", "own_ratio"] == 0.15
+    table = pd.read_csv(root / "tables" / "comparisons.csv").fillna({"objective": ""})
+    withheld = "not comparable: crossbert-nano-s1 on the unigram plateau"
+    involving = table[(table["comparison"] == "crossbert - mlm") | (table["objective"] == "crossbert")]
+    assert len(involving) == 4 and (involving["verdict"] == withheld).all()  # no verdict, the difference still shown
+    assert involving[involving["comparison"] == "crossbert - mlm"]["diff"].tolist() == pytest.approx([20.0, 20.0])
+    others = table[table["objective"] == "mlm"]
+    assert len(others) == 2 and (others["verdict"] == "beyond noise").all()  # runs off the plateau keep their verdicts
+    assert "**crossbert - mlm**: 0 of 2 differences are larger than the noise (0 within it, 0 without a noise estimate, " \
+           "2 not comparable: a run on the unigram plateau)." in md
+    assert "## The unigram plateau" in md
+    assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md
+
+
+def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monkeypatch):
+    figures = {}
+    monkeypatch.setattr(R, "_save", lambda fig, out, name, caption="": figures.setdefault(name, fig) and [])
+    curves = pd.DataFrame([{**row, "unigram_entropy_val": 7.5, "unigram_entropy_r50": 7.25}
+                           for row in _loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0)])  # fmt: skip
+    R.plot_losses(curves, tmp_path)
+    for ax in figures["losses"].axes:
+        level = 7.25 if "shared_loss_r50" in ax.get_title() else 7.5
+        lines = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()}
+        assert lines["unigram entropy (plateau)"] == level, ax.get_title()
+    # runs whose targets differ (here: another tokenizer for flat MLM) get a line each, in their colour
+    curves.loc[curves["objective"] == "mlm", "unigram_entropy_r50"] = 6.0
+    assert R.plateau_levels(curves, "shared_loss_r50") == [(7.25, "unigram entropy (plateau), crossbert", R._color("crossbert")),
+                                                           (6.0, "unigram entropy (plateau), mlm", R._color("mlm"))]  # fmt: skip

@@ -1,5 +1,6 @@
 """The sweep: planning by budget, and a killed sweep that resumes to the same final tables."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from crossbert_model.args import ConfigError, dump_yaml, load_config
+from crossbert_model.utils import read_jsonl
 from crossbert_eval.sweep import SweepConfig, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,3 +193,32 @@ def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path,
     sweep.run()
     assert [c for c, _ in calls].count("report") == reports and calls[-1] == ("report", None)
     assert [k for c, k in calls if c == "train"] == [k for c, k in calls if c == "probe"] == [r.key for r in sweep.runs]
+
+
+def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_filled_in(tmp_path, corpus_args, corpus):
+    """An old sweep's checkpoints.jsonl lacks the entropies and the own ratio: `crossbert plateau` computes them from
+    the sweep's plan and the run's tokenizer, the same numbers the trainer records now, and the report reads them."""
+    from crossbert_eval.report import load_checkpoints, plateau_table
+    from crossbert_eval.sweep import fill_unigram_entropies
+    from crossbert_model.train import train
+
+    cfg = load_config(SweepConfig, tiny_sweep(tmp_path, corpus_args, "old"), ["budget_tokens=1024"])
+    cfg.objectives = [o for o in cfg.objectives if o.objective == "crossbert"]
+    (run,) = plan_runs(cfg)
+    train(run.train)
+    (cfg.root / "sweep.yaml").write_text(dump_yaml(cfg))
+    checkpoint = run.train.run_dir / "checkpoints" / f"step_{run.train.steps:07d}"
+    recorded = json.loads((checkpoint / "trainer_state.json").read_text())["metrics"]
+    old_row = {"run": run.key, "objective": "crossbert", "size": "nano", "seed": 0, "step": run.train.steps,
+               "total_steps": run.train.steps, "checkpoint": str(checkpoint), "params_non_embedding": 1,
+               "shared_loss_r15": recorded["shared_loss_r15"], "shared_loss_r50": recorded["shared_loss_r50"]}  # fmt: skip
+    (cfg.root / "checkpoints.jsonl").write_text(json.dumps(old_row) + "\n")
+
+    (filled,) = read_jsonl(fill_unigram_entropies(cfg.root))
+    assert filled["mask_ratio"] == 0.5 and filled["tokenizer"] == str(checkpoint)  # no pinned copy: the checkpoint's
+    for key in ("unigram_entropy_val", "unigram_entropy_r15", "unigram_entropy_r50"):
+        assert filled[key] == pytest.approx(recorded[key], rel=1e-12), key
+    (row,) = plateau_table(load_checkpoints(cfg.root)).to_dict("records")
+    assert row["unigram_entropy"] == pytest.approx(recorded["unigram_entropy_r50"], rel=1e-12)
+    assert row["margin"] == pytest.approx(recorded["unigram_entropy_r50"] - recorded["shared_loss_r50"])
+    assert row["off_plateau"] in ("yes", "no")  # known, no longer "unknown"

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModel
@@ -406,3 +408,35 @@ def test_a_run_saved_before_the_mlm_corruption_keys_existed_resumes(corpus_args,
     cfg.model.mlm_mask_prob, cfg.model.mlm_random_prob = 1.0, 0.0
     with pytest.raises(ConfigError, match="model.mlm_mask_prob: saved 0.8, now 1.0"):
         train(cfg)  # another corruption than the one the run was trained with
+
+
+def test_a_run_records_the_unigram_entropies_of_the_targets_its_losses_score(corpus_args, corpus, tmp_path):
+    """A flat MLM trained at 0.3, a ratio the shared protocol does not have: it is scored there too, and
+    every loss it records has beside it the unigram entropy of exactly its targets."""
+    from crossbert_model.plateau import unigram_cross_entropy
+    from crossbert_model.shared_loss import protocol_selections
+    from crossbert_model.train import unigram_entropies_for_checkpoint
+
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=2, eval_every=2, num_threads=1)
+    cfg.model.mask_ratio = 0.3
+    run_dir = train(cfg)
+    recorded = json.loads((run_dir / "run_info.json").read_text())["unigram_entropies"]
+    keys = ["unigram_entropy_val", "unigram_entropy_r15", "unigram_entropy_r30", "unigram_entropy_r50"]
+    assert set(keys) <= set(recorded) and recorded["smoothing"].startswith("add-one")
+    evaluated = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "val_loss" in r]
+    assert [r["step"] for r in evaluated] == [0, 2]
+    assert all({k: r[k] for k in keys} == {k: recorded[k] for k in keys} for r in evaluated)
+    assert {"shared_loss_r30", "shared_targets_r30"} <= set(evaluated[-1])  # the run's own ratio, scored exactly
+    # by hand: counts of every training sequence, over the protocol's 30% of the first 16 validation sequences
+    counts = np.bincount(corpus.train.get(np.arange(len(corpus.train))).flatten(), minlength=len(corpus.tokenizer))
+    val = corpus.val.get(np.arange(16))
+    selected = protocol_selections(torch.ones_like(val), (0.3,))[0.3]
+    assert recorded["unigram_entropy_r30"] == pytest.approx(unigram_cross_entropy(counts, val[selected]), rel=1e-12)
+    assert len(val[selected]) == evaluated[-1]["shared_targets_r30"]
+    # near the entropy of the unigram distribution, far below knowing nothing (ln V)
+    assert 4.0 < recorded["unigram_entropy_val"] < math.log(len(corpus.tokenizer))
+    (_, path), = list_checkpoints(run_dir)
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert state["metrics"]["unigram_entropy_r30"] == recorded["unigram_entropy_r30"]
+    # a run trained before they were recorded gets the same numbers from its checkpoint folder
+    assert unigram_entropies_for_checkpoint(path) == pytest.approx({k: recorded[k] for k in keys}, rel=1e-12)
