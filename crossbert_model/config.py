@@ -179,6 +179,7 @@ class SizePreset:
 PRESETS: dict[str, SizePreset] = {
     "nano": SizePreset(64, 2, 1, "cpu, seconds"),
     "tiny": SizePreset(128, 2, 2, "cpu, minutes"),
+    "tiny4": SizePreset(128, 4, 2, "cpu, minutes"),  # BERT miniature L-4 H-128: tiny twice as deep
     "mini": SizePreset(256, 4, 4, "cpu, tens of minutes"),
     "small": SizePreset(512, 4, 8, "cpu, hours / gpu, minutes"),
     "medium": SizePreset(512, 8, 8, "gpu"),
