@@ -30,7 +30,7 @@ import signal
 import sys
 import time
 import zlib
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -211,10 +211,13 @@ def corpus_fingerprint(args: DataArgs) -> dict:
 # BertWordPieceTokenizer default, 1000), and at an eighth of the vocabulary (each character also takes a
 # ##continuation slot): uncapped, the single characters of a large corpus (40M words of Wikipedia hold
 # thousands: CJK, Cyrillic, symbols) fill a small vocabulary, no merge is left and every word is spelled
-# out letter by letter. Rarer characters become [UNK]. The recipe is part of the tokenizer cache key,
-# so a tokenizer trained by another recipe is never reused.
+# out letter by letter. Rarer characters become [UNK]. The alphabet is chosen here, not by the trainer:
+# its own cap breaks ties between equally rare characters by hash-map order, so two trainings on the same
+# corpus kept different characters and numbered everything after them differently (measured: 191 of 4,096
+# ids equal), and it numbers the pieces in hash-map order, so they are renumbered. The recipe is part of the tokenizer cache key, so a tokenizer trained by another recipe is
+# never reused.
 WORDPIECE_ALPHABET = 1000
-TOKENIZER_RECIPE = f"bert-wordpiece-uncased-alphabet-min{WORDPIECE_ALPHABET}-vocab/8"
+TOKENIZER_RECIPE = f"bert-wordpiece-uncased-alphabet-min{WORDPIECE_ALPHABET}-vocab/8-ties-by-char-ids-by-piece"
 
 
 def wordpiece_alphabet(vocab_size: int) -> int:
@@ -231,9 +234,19 @@ def _check_has_merges(tok, vocab_size: int, out_dir: Path) -> None:
         )
 
 
-def train_wordpiece(documents: Iterator[str], vocab_size: int, out_dir: Path):
-    """An uncased BERT-style WordPiece tokenizer trained on `documents`, saved as a transformers
-    tokenizer folder (loads with AutoTokenizer)."""
+def initial_alphabet(documents: Iterable[str], normalizer, size: int) -> list[str]:
+    """The `size` most frequent characters of the normalised text, ties broken by the character itself."""
+    counts: Counter = Counter()
+    for doc in documents:
+        counts.update(normalizer.normalize_str(doc))
+    chars = [c for c in counts if not c.isspace()]
+    return sorted(chars, key=lambda c: (-counts[c], c))[:size]
+
+
+def train_wordpiece(documents: Callable[[], Iterator[str]], vocab_size: int, out_dir: Path):
+    """An uncased BERT-style WordPiece tokenizer trained on the texts `documents()` yields (called twice:
+    the alphabet, then the merges), saved as a transformers tokenizer folder (loads with AutoTokenizer).
+    The same texts give the same vocabulary, id for id."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -241,10 +254,17 @@ def train_wordpiece(documents: Iterator[str], vocab_size: int, out_dir: Path):
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
+    alphabet = initial_alphabet(documents(), tok.normalizer, wordpiece_alphabet(vocab_size))
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=wordpiece_alphabet(vocab_size), show_progress=False
-    )
-    tok.train_from_iterator(documents, trainer=trainer)
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=len(alphabet), initial_alphabet=alphabet,
+        show_progress=False,
+    )  # fmt: skip
+    tok.train_from_iterator(documents(), trainer=trainer)
+    # The trainer numbers its pieces in hash-map order; WordPiece's greedy longest match depends only on the
+    # set of pieces, so renumbering them (special tokens first, then by the piece) changes no tokenization
+    # and makes the ids as reproducible as the set.
+    pieces = sorted(set(tok.get_vocab()) - set(SPECIAL_TOKENS))
+    tok.model = models.WordPiece({p: i for i, p in enumerate(SPECIAL_TOKENS + pieces)}, unk_token="[UNK]")
     _check_has_merges(tok, vocab_size, out_dir)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
@@ -320,7 +340,9 @@ def prepare_tokenizer(args: DataArgs):
         log.info("tokenizer: reusing %s", out)
         return load_tokenizer(out)
     log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
-    train_docs = (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
+    def train_docs() -> Iterator[str]:
+        return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
+
     train_wordpiece(train_docs, args.vocab_size, out)
     return load_tokenizer(out)
 
