@@ -5,7 +5,7 @@ hard-coded here. Adding a task = adding a file. Schema (every key of the nested 
 DataSpec, HubSpec, ColumnsSpec, HoldoutSpec or MtebSpec below; an unknown key is an error):
 
     name: SST-2
-    family: glue                   # glue | senteval | sts | classification | clustering | reranking
+    family: glue                   # one of FAMILIES: glue | senteval | probing | sts | classification | ...
     input: single                  # single | pair
     target: class                  # class | score
     metrics: [accuracy]            # the first is the main score
@@ -58,7 +58,7 @@ from crossbert_model.errors import CrossbertError
 TASKS_DIR_ENV = "CROSSBERT_TASKS_DIR"
 FORMATS = ("tsv", "csv", "jsonl", "label_first", "beir")
 MTEB_TYPES = ("STS", "Classification", "Clustering", "Reranking", "PairClassification", "Retrieval")
-FAMILIES = ("glue", "senteval", "sts", "classification", "pair_classification", "clustering", "reranking", "retrieval")
+FAMILIES = ("glue", "senteval", "probing", "sts", "classification", "pair_classification", "clustering", "reranking", "retrieval")
 
 
 class TaskError(CrossbertError, ValueError):
