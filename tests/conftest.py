@@ -69,6 +69,25 @@ def corpus(corpus_args):
 
 
 @pytest.fixture(scope="session")
+def nano_checkpoint(corpus, tmp_path_factory):
+    """`nano_checkpoint(seed, objective="mlm", **config)`: the folder of an untrained nano model (config keys
+    override the preset's) saved with the corpus tokenizer, loadable as any checkpoint (FrozenEncoder.load, run_mteb)."""
+    import torch
+
+    import crossbert_model as cm
+
+    def make(seed: int, objective: str = "mlm", **config):
+        path = tmp_path_factory.mktemp(f"nano-{objective}-{seed}")
+        torch.manual_seed(seed)
+        preset = cm.config_from_preset("nano", objective=objective, vocab_size=len(corpus.tokenizer), **config)
+        cm.pretraining_model_for(preset).save_pretrained(path)
+        corpus.tokenizer.save_pretrained(path)
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def real_batch(corpus):
     """32 real packed sequences, the last 8 padded to varied lengths (as sentence batches are)."""
     import torch

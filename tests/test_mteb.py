@@ -3,9 +3,7 @@
 import json
 
 import pytest
-import torch
 
-import crossbert_model as cm
 from crossbert_eval.mteb_runner import MtebError, local_mteb_task, make_mteb_encoder, published_score, run_mteb
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.tasks import TaskDataMissing, get_task
@@ -80,17 +78,8 @@ def test_local_tasks_are_mteb_classes_with_mteb_metadata(real_data_root):
     assert len(clustering.dataset["test"]) == 10 and all(len(s) == 7532 for s in clustering.dataset["test"]["sentences"])
 
 
-def _checkpoint(path, tokenizer, seed):
-    torch.manual_seed(seed)
-    model = cm.pretraining_model_for(cm.config_from_preset("nano", vocab_size=len(tokenizer)))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def test_two_checkpoints_never_share_result_paths(corpus, tmp_path):
-    a = _checkpoint(tmp_path / "a", corpus.tokenizer, 0)
-    b = _checkpoint(tmp_path / "b", corpus.tokenizer, 1)
+def test_two_checkpoints_never_share_result_paths(nano_checkpoint, tmp_path):
+    a, b = nano_checkpoint(0), nano_checkpoint(1)
     out = tmp_path / "mteb"
     rows_a, _ = run_mteb(str(a), tasks=["STS16"], benchmark=None, out_dir=out, feature_cache=None)
     rows_b, _ = run_mteb(str(b), tasks=["STS16"], benchmark=None, out_dir=out, feature_cache=None)

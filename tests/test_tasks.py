@@ -26,6 +26,9 @@ EXPECTED = {
     ("MassiveScenarioClassification", "test"): 2974, ("ImdbClassification", "train"): 25000, ("ImdbClassification", "test"): 25000,
     ("SciFact", "train"): 919, ("SciFact", "test"): 339,  # judged (claim, abstract) pairs: the qrels rows
     ("TwitterURLCorpus-lowercasedtrain", "train"): 42200, ("TwitterURLCorpus-lowercasedtrain", "test"): 9334,
+    ("BigramShift", "train"): 10000, ("BigramShift", "test"): 10000, ("CoordinationInversion", "train"): 10000,
+    ("CoordinationInversion", "test"): 10002, ("Tense", "train"): 10000, ("Tense", "test"): 10000,
+    ("SubjNumber", "train"): 10000, ("SubjNumber", "test"): 10000, ("TreeDepth", "train"): 10000, ("TreeDepth", "test"): 10000,
 }  # fmt: skip
 
 
@@ -295,6 +298,33 @@ def test_new_sets_match_the_manifest_beyond_counts(real_data_root):
     scifact = get_task("SciFact").load_beir("test", real_data_root)
     assert (len(scifact.corpus), len(scifact.queries), sum(map(len, scifact.qrels.values()))) == (5183, 300, 339)
     assert len(get_task("SciFact").load_beir("train", real_data_root).queries) == 809
+
+
+# SentEval probing (MANIFEST.md): examples per raw label; tree depth's training split only as its range over 7 classes
+PROBING_LABELS = {
+    ("BigramShift", "train"): {"I": 5101, "O": 4899}, ("BigramShift", "test"): {"I": 5000, "O": 5000},
+    ("CoordinationInversion", "train"): {"I": 4975, "O": 5025}, ("CoordinationInversion", "test"): {"I": 5001, "O": 5001},
+    ("Tense", "train"): {"PAST": 5006, "PRES": 4994}, ("Tense", "test"): {"PAST": 5000, "PRES": 5000},
+    ("SubjNumber", "train"): {"NN": 5062, "NNS": 4938}, ("SubjNumber", "test"): {"NN": 5000, "NNS": 5000},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("task,split", sorted(PROBING_LABELS))
+def test_probing_labels_have_the_manifest_balance(real_data_root, task, split):
+    t = get_task(task)
+    names = {i: raw for raw, i in t.label_mapping(real_data_root).items()}
+    labels, counts = np.unique(t.load_split(split, real_data_root).labels, return_counts=True)
+    assert {names[i]: n for i, n in zip(labels.tolist(), counts.tolist())} == PROBING_LABELS[(task, split)]
+
+
+def test_probing_family_is_five_tasks_and_tree_depth_has_seven_depths(real_data_root):
+    names = sorted(t.name for t in resolve_tasks("probing"))
+    assert names == ["BigramShift", "CoordinationInversion", "SubjNumber", "Tense", "TreeDepth"]
+    tree = get_task("TreeDepth")
+    assert sorted(tree.label_mapping(real_data_root), key=int) == [str(d) for d in range(5, 12)]
+    counts = np.bincount(tree.load_split("train", real_data_root).labels, minlength=7)
+    assert (counts.min(), counts.max()) == (695, 1823)
+    assert (np.bincount(tree.load_split("test", real_data_root).labels, minlength=7) > 0).all()
 
 
 def test_imdb_reviews_keep_line_separators_inside_json_strings(real_data_root):
