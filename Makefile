@@ -32,7 +32,7 @@ reference:
 	mkdir -p results/$(SWEEP)
 	cd $(RUNS)/sweeps/$(SWEEP) && cp -r results tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/$(SWEEP)/
 
-# The test suite CI runs: everything but the `slow` tier (about 400 tests, 3 minutes on an idle 2-core EPYC).
+# The test suite CI runs: everything but the `slow` tier (442 tests, 5 minutes on the 2-core EPYC with niced jobs beside it).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup
