@@ -110,7 +110,7 @@ def _probe(args: argparse.Namespace) -> None:
     settings = ProbeSettings(
         tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
         pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results, cache_dir=args.cache, force=args.force,
-        data_root=_resolved_root(args), **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+        data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
     )  # fmt: skip
     runner = probe_model(
         args.model, settings, **_encoder_options(args))
@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
     p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--feature-transform", default="raw",
+                   help="raw, centred, whitened (comma-separated): the cosine and kNN probes' features, each transform "
+                        "fitted on the task's training split (the linear probe takes raw features)")
     _add_encoder_options(p)
     _add_store_options(p)
     p.set_defaults(func=_probe)

@@ -1,11 +1,14 @@
 """Representation geometry of a set of pooled features (n examples x d dims), no labels needed.
 
-    geometry(x)  ->  {"effective_rank": ..., "anisotropy": ..., "uniformity": ..., "dataset_entropy": ...}
+    geometry(x)  ->  {"effective_rank": ..., "effective_rank_centred": ..., "anisotropy": ..., "uniformity": ...,
+                      "dataset_entropy": ..., "dataset_entropy_centred": ..., "dataset_entropy_normalised": ...}
 
 * effective_rank: RankMe (Garrido et al. 2023, "RankMe: Assessing the downstream performance of
   pretrained self-supervised representations by their rank"): exp of the Shannon entropy of the
-  normalised singular values of the (uncentred) feature matrix. 1 for identical vectors, k for data
-  spanning k equally scaled directions, close to d for isotropic Gaussian features with n >> d.
+  singular values sigma of the (uncentred) feature matrix, normalised to sum 1: p_i = sigma_i / sum sigma
+  (the singular values themselves, not their squares). 1 for identical vectors, k for data spanning k
+  equally scaled directions, close to d for isotropic Gaussian features with n >> d; singular values
+  (2, 1) give exp H(2/3, 1/3) = 1.89.
 * anisotropy: mean cosine similarity between two different examples (Ethayarajh 2019, "How
   contextual are contextualized word representations?"); 0 for isotropic features, 1 when every
   vector points the same way. Computed exactly over all pairs, not from a sample.
@@ -16,6 +19,11 @@
   the examples (Skean et al. 2025, "Layer by Layer: Uncovering hidden representations in language
   models"; alpha = 1, the von Neumann limit). 0 for identical vectors, log k for k equally scaled
   orthogonal directions; reported in nats, and normalised by log(min(n, d)) as `dataset_entropy_normalised`.
+  The Gram matrix's eigenvalues are the squared singular values: (2, 1) give H(4/5, 1/5) = 0.50 nats.
+* effective_rank_centred, dataset_entropy_centred: the same of the features minus their mean (the spectrum
+  of their covariance). Uncentred, a mean direction shared by every example (the anisotropy of transformer
+  features) is one large singular value that dominates both; centred, they measure how the examples differ
+  from one another. The report shows both side by side.
 
 Constants are named once here and recorded with every result (`GEOMETRY_PROTOCOL`).
 """
@@ -36,9 +44,10 @@ GEOMETRY_PROTOCOL = {
     "uniformity_max_examples": UNIFORMITY_MAX_EXAMPLES,
     "entropy_alpha": ENTROPY_ALPHA,
     "seed": GEOMETRY_SEED,
-    "centred": False,
+    "centred": "raw features, and *_centred metrics after subtracting the features' mean",
 }
-METRICS = ("effective_rank", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_normalised")
+METRICS = ("effective_rank", "effective_rank_centred", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_centred",
+           "dataset_entropy_normalised")  # fmt: skip
 
 
 def _as_float64(x: np.ndarray) -> np.ndarray:
@@ -94,14 +103,22 @@ def dataset_entropy(x: np.ndarray, alpha: float = ENTROPY_ALPHA, sigma: np.ndarr
     return float(np.log(np.power(lam, alpha).sum()) / (1.0 - alpha))
 
 
+def centred(x: np.ndarray) -> np.ndarray:
+    """The features minus their mean (over the rows measured)."""
+    x = _as_float64(x)
+    return x - x.mean(axis=0)
+
+
 def geometry(x: np.ndarray) -> dict[str, float]:
     x = _as_float64(x)
-    sigma = singular_values(x)
+    sigma, sigma_centred = singular_values(x), singular_values(centred(x))
     entropy = dataset_entropy(x, sigma=sigma)
     return {
         "effective_rank": effective_rank(x, sigma),
+        "effective_rank_centred": effective_rank(x, sigma_centred),
         "anisotropy": anisotropy(x),
         "uniformity": uniformity(x),
         "dataset_entropy": entropy,
+        "dataset_entropy_centred": dataset_entropy(x, sigma=sigma_centred),
         "dataset_entropy_normalised": entropy / np.log(min(x.shape)),
     }

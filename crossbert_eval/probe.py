@@ -2,7 +2,7 @@
 
     crossbert probe minilm --tasks SST-2,STS-B --probe linear,knn --layers all --pooling mean
 
-Work is organised in units (model, task, split, layer, pooling, probe, protocol). A unit whose rows
+Work is organised in units (model, task, split, layer, pooling, probe, feature transform, protocol). A unit whose rows
 are in the results store is skipped (unless forced), and so is one another live run has claimed
 (results.ResultsStore.claim): concurrent runs on one store share the work and write each unit once.
 Features come from the on-disk cache, so a re-run, or a new probe on the same features, encodes nothing.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash
 
 from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
-from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
+from .results import BUSY, CLAIMED, DONE, ResultsStore, probe_variant, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,14 @@ class ProbeSettings:
     force: bool = False
     data_root: str | None = None
     max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)
+    # probes.FEATURE_TRANSFORMS of the cosine and kNN probes, each its own units; fitted on the task's training split
+    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
 
     def __post_init__(self) -> None:
-        if isinstance(self.probes, str):
-            self.probes = [p.strip() for p in self.probes.split(",") if p.strip()]
-        if isinstance(self.poolings, str):
-            self.poolings = [p.strip() for p in self.poolings.split(",") if p.strip()]
+        self.probes, self.poolings, self.feature_transforms = (
+            [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+            for value in (self.probes, self.poolings, self.feature_transforms)
+        )
         self.validate()
 
     def validate(self) -> None:
@@ -76,6 +79,9 @@ class ProbeSettings:
         bad = [p for p in self.probes if p not in PROBES]
         if bad or not self.probes:
             raise _choices_error("--probe", PROBES, self.probes)
+        bad = [t for t in self.feature_transforms if t not in P.FEATURE_TRANSFORMS]
+        if bad or not self.feature_transforms:
+            raise _choices_error("--feature-transform", P.FEATURE_TRANSFORMS, self.feature_transforms)
         if self.pair_mode not in PAIR_MODES:
             raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
         if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
@@ -122,6 +128,25 @@ def row_base(encoder: FrozenEncoder, task: Task, split: str, probe: str, layer: 
     }
 
 
+def transform_key(transform: str) -> dict:
+    """What a feature transform adds to a unit's protocol key: nothing for raw (units computed before transforms
+    existed keep their keys), its name and constants otherwise."""
+    if transform == "raw":
+        return {}
+    return {"feature_transform": transform, **({"whiten_rtol": P.WHITEN_RTOL} if transform == "whitened" else {})}
+
+
+class Unit(NamedTuple):
+    """One unit of probe work and its key in the results store."""
+
+    probe: str
+    transform: str  # probes.FEATURE_TRANSFORMS
+    split: str
+    layer: int
+    pooling: str
+    key: str
+
+
 def _metrics_for(task: Task, probe: str) -> list[str]:
     """Supervised probes on score tasks report pearson/spearman; the cosine probe cosine_*."""
     bare = [m.removeprefix("cosine_") for m in task.metrics]
@@ -141,7 +166,7 @@ class ProbeRunner:
 
     # -- units -------------------------------------------------------------------------------------
 
-    def _unit(self, task: Task, split: str, probe: str, layer: int, pooling: str) -> str:
+    def _unit(self, task: Task, split: str, probe: str, layer: int, pooling: str, transform: str = "raw") -> str:
         pair_mode = self.s.pair_mode if (task.is_pair and probe != "cosine") else None
         constants = self.s.protocol_constants()
         names = {
@@ -149,26 +174,35 @@ class ProbeRunner:
             "knn": ("knn_k", "knn_temperature", "max_train"),
             "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed", "max_train"),
         }
-        protocol = {k: constants[k] for k in names[probe] if k in constants}
+        protocol = {**{k: constants[k] for k in names[probe] if k in constants}, **transform_key(transform)}
         return unit_key(
             model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
-            pair_mode=pair_mode, protocol=protocol, data=self._data_digest(task, split, probe), **self.encoder.feature_signature,
+            pair_mode=pair_mode, protocol=protocol, data=self._data_digest(task, split, _reads_train(probe, transform)),
+            **self.encoder.feature_signature,
         )  # fmt: skip
 
-    def _data_digest(self, task: Task, split: str, probe: str) -> str:
+    def _data_digest(self, task: Task, split: str, reads_train: bool) -> str:
         """What the unit was computed on: edited data files or task definitions give new units."""
-        key = (task.name, split, probe == "cosine")
+        key = (task.name, split, reads_train)
         if key not in self._digests:
-            parts = [task.load_split(split, self.s.data_root)] + ([self._train_split(task)] if probe != "cosine" else [])
+            parts = [task.load_split(split, self.s.data_root)] + ([self._train_split(task)] if reads_train else [])
             self._digests[key] = stable_hash([[texts_digest(p.texts, p.texts_pair), stable_hash(p.labels.tolist())] for p in parts])
         return self._digests[key]
 
-    def plan(self, task: Task) -> list[tuple[str, str, int, str, str]]:
-        """(probe, split, layer, pooling, unit key) for every applicable unit of this task."""
+    def transforms_for(self, task: Task, probe: str) -> list[str]:
+        """The requested feature transforms this probe of this task takes: raw only for the linear probe (it
+        standardises its features itself) and for a task without a training split to fit a transform on."""
+        if probe == "linear" or not (task.train_split or task.holdout):
+            return [t for t in self.s.feature_transforms if t == "raw"]
+        return list(self.s.feature_transforms)
+
+    def plan(self, task: Task) -> list[Unit]:
+        """Every applicable unit of this task."""
         probes = [p for p in self.s.probes if p in task.default_probes]
         return [
-            (probe, split, layer, pooling, self._unit(task, split, probe, layer, pooling))
+            Unit(probe, transform, split, layer, pooling, self._unit(task, split, probe, layer, pooling, transform))
             for probe in probes
+            for transform in self.transforms_for(task, probe)
             for split in task.eval_splits
             for layer in self.layers
             for pooling in self.poolings
@@ -202,16 +236,17 @@ class ProbeRunner:
         skipped = [p for p in self.s.probes if p not in task.default_probes]
         if skipped:
             log.info("%s: probe(s) %s do not apply (task probes: %s)", task.name, ", ".join(skipped), ", ".join(task.default_probes))
-        todo = [u for u in units if self.s.force or not self.store.done(u[-1])]
+        self._log_untransformed(task)
+        todo = [u for u in units if self.s.force or not self.store.done(u.key)]
         bar.update(len(units) - len(todo))
         if not todo:
             return []
         if self.s.force:
-            self.store.remove_units({u[-1] for u in todo})
+            self.store.remove_units({u.key for u in todo})
         skips = {DONE: 0, BUSY: []}
         rows: list[dict] = []
-        for probe in dict.fromkeys(u[0] for u in todo):
-            rows.extend(self._run_probe(task, probe, [u for u in todo if u[0] == probe], bar, skips))
+        for probe in dict.fromkeys(u.probe for u in todo):
+            rows.extend(self._run_probe(task, probe, [u for u in todo if u.probe == probe], bar, skips))
         if skips[DONE]:
             log.info("%s: %d unit(s) finished by another run meanwhile, skipped", task.name, skips[DONE])
         if skips[BUSY]:
@@ -219,39 +254,48 @@ class ProbeRunner:
             log.info("%s: %d unit(s) being computed by another live run, skipped: %s", task.name, len(busy), ", ".join(busy))
         return rows
 
-    def _run_probe(self, task: Task, probe: str, units: list, bar: tqdm, skips: dict) -> list[dict]:
+    def _log_untransformed(self, task: Task) -> None:
+        for probe in [p for p in self.s.probes if p in task.default_probes]:
+            left_out = [t for t in self.s.feature_transforms if t not in self.transforms_for(task, probe)]
+            if left_out:
+                why = "it standardises its features" if probe == "linear" else "the task has no training split to fit them on"
+                log.info("%s: feature transform(s) %s not applied to the %s probe: %s", task.name, ", ".join(left_out), probe, why)
+
+    def _run_probe(self, task: Task, probe: str, units: list[Unit], bar: tqdm, skips: dict) -> list[dict]:
         """Each unit is claimed just before it is fitted, so concurrent runs on one store share the work
         and never compute (or write) a unit twice; features are read only once a unit is ours."""
-        layers = sorted({u[2] for u in units})
-        poolings = list(dict.fromkeys(u[3] for u in units))
+        layers = sorted({u.layer for u in units})
+        poolings = list(dict.fromkeys(u.pooling for u in units))
+        reads_train = any(_reads_train(probe, u.transform) for u in units)
         inputs: dict = {}  # read lazily: None -> the probe's train (split, features); split name -> (split, features)
         rows: list[dict] = []
-        for _, split_name, layer, pooling, key in units:
-            status = self.store.claim(key)
+        for unit in units:
+            status = self.store.claim(unit.key)
             if status != CLAIMED:
-                self._note_skip(status, key, skips)
+                self._note_skip(status, unit.key, skips)
                 bar.update(1)
                 continue
             try:
-                train, train_x = self._inputs(task, probe, None, inputs, layers, poolings)
-                split, eval_x = self._inputs(task, probe, split_name, inputs, layers, poolings)
-                bar.set_postfix_str(f"{task.name} {probe} L{layer} {pooling}")
+                train, train_x = self._inputs(task, probe, None, inputs, layers, poolings, reads_train)
+                split, eval_x = self._inputs(task, probe, unit.split, inputs, layers, poolings)
+                bar.set_postfix_str(f"{task.name} {probe} {unit.transform} L{unit.layer} {unit.pooling}")
                 started = time.perf_counter()
-                out = self._fit(task, probe, train, train_x, split, eval_x, (layer, pooling))
+                out = self._fit(task, probe, unit.transform, train, train_x, split, eval_x, (unit.layer, unit.pooling))
                 seconds = time.perf_counter() - started
-                unit_rows = self._rows(task, split_name, probe, layer, pooling, key, split, train, out, seconds)
-                self.store.save_predictions(key, split.labels, out.predictions)  # before its rows: a row implies them
+                unit_rows = self._rows(task, unit, split, train, out, seconds)
+                self.store.save_predictions(unit.key, split.labels, out.predictions)  # before its rows: a row implies them
                 rows.extend(self.store.append(unit_rows))  # [] when another run wrote it first
             finally:  # done or failed, the unit is no longer ours (a failed one is free for the next run)
-                self.store.release(key)
+                self.store.release(unit.key)
             bar.update(1)
         return rows
 
-    def _inputs(self, task: Task, probe: str, which: str | None, inputs: dict, layers, poolings):
-        """(split, features) of the probe's train split (which=None) or an eval split, read once per probe."""
+    def _inputs(self, task: Task, probe: str, which: str | None, inputs: dict, layers, poolings, reads_train: bool = False):
+        """(split, features) of the probe's train split (which=None; (None, None) unless `reads_train`) or an
+        eval split, read once per probe."""
         if which not in inputs:
             if which is None:
-                split = self._train_split(task) if probe != "cosine" else None
+                split = self._train_split(task) if reads_train else None
                 name = task.train_split
             else:
                 split, name = task.load_split(which, self.s.data_root), which
@@ -278,32 +322,34 @@ class ProbeRunner:
             texts_pair=[split.texts_pair[i] for i in idx] if split.texts_pair is not None else None,
         )
 
-    def _fit(self, task: Task, probe: str, train, train_x, split: Split, eval_x, key) -> P.ProbeOutput:
+    def _fit(self, task: Task, probe: str, transform: str, train, train_x, split: Split, eval_x, key) -> P.ProbeOutput:
+        x_train, x_eval, fitted = transformed(transform, train_x[key] if train_x is not None else None, eval_x[key])
         if probe == "cosine":
-            u, v = eval_x[key]
-            return P.ProbeOutput(P.cosine_similarity(u, v), {"similarity": "cosine"})
-        if probe == "linear":
-            return P.linear_probe(
-                train_x[key], train.labels, eval_x[key], regression=task.is_regression,
-                select_metric=_metrics_for(task, probe)[0], seed=self.s.seed,
+            out = P.ProbeOutput(P.cosine_similarity(*x_eval), {"similarity": "cosine"})
+        elif probe == "linear":
+            out = P.linear_probe(
+                x_train, train.labels, x_eval, regression=task.is_regression, select_metric=_metrics_for(task, probe)[0], seed=self.s.seed,
             )  # fmt: skip
-        return P.knn_probe(
-            train_x[key], train.labels, eval_x[key], regression=task.is_regression,
-            num_classes=None if task.is_regression else task.class_count(self.s.data_root),
-            k=self.s.k, temperature=self.s.temperature,
-        )  # fmt: skip
+        else:
+            out = P.knn_probe(
+                x_train, train.labels, x_eval, regression=task.is_regression,
+                num_classes=None if task.is_regression else task.class_count(self.s.data_root), k=self.s.k, temperature=self.s.temperature,
+            )  # fmt: skip
+        return P.ProbeOutput(out.predictions, {**out.protocol, **fitted.protocol})
 
-    def _rows(self, task, split_name, probe, layer, pooling, key, split, train, out, seconds) -> list[dict]:
+    def _rows(self, task: Task, unit: Unit, split: Split, train, out: P.ProbeOutput, seconds: float) -> list[dict]:
+        probe = unit.probe
         metrics = _metrics_for(task, probe)
         base = {
-            **row_base(self.encoder, task, split_name, probe, layer, pooling, self.pooling_source),
+            **row_base(self.encoder, task, unit.split, probe, unit.layer, unit.pooling, self.pooling_source),
+            "feature_transform": unit.transform,
             "pair_mode": self.s.pair_mode if (task.is_pair and probe != "cosine") else None,
             "seed": self.s.seed,
             "n_train": len(train) if train is not None else 0,
             "n_eval": len(split),
             "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL},
             "probe_seconds": round(seconds, 3),
-            "unit": key,
+            "unit": unit.key,
         }
         rows = []
         for i, m in enumerate(metrics):
@@ -327,7 +373,7 @@ class ProbeRunner:
             if task.name in plans:
                 self.run_task(task, bar)
         bar.close()
-        keys = {u[-1] for units in plans.values() for u in units}
+        keys = {u.key for units in plans.values() for u in units}
         df = self.store.dataframe()
         df = df[df["unit"].isin(keys)] if len(df) else df
         log.info(
@@ -337,12 +383,32 @@ class ProbeRunner:
         return df
 
 
+def _reads_train(probe: str, transform: str) -> bool:
+    """Whether a unit reads the task's training split: every supervised probe, and a transformed cosine probe (its fit)."""
+    return probe != "cosine" or transform != "raw"
+
+
+def transformed(transform: str, x_train, x_eval):
+    """(train, eval, fitted transform): a unit's features under its feature transform, fitted on the training
+    features alone. Pair sides (a, b) of the cosine probe are transformed each; both sides of the training
+    pairs, stacked, are the fit's unlabelled sentences."""
+    if transform == "raw":
+        return x_train, x_eval, P.fit_feature_transform("raw", None)
+    fitted = P.fit_feature_transform(transform, np.concatenate(x_train) if isinstance(x_train, tuple) else x_train)
+
+    def apply(x):
+        return tuple(fitted(side) for side in x) if isinstance(x, tuple) else fitted(x)
+
+    return apply(x_train), apply(x_eval), fitted
+
+
 def summary_table(df: pd.DataFrame) -> str:
     """Main metric per task x probe, one column per layer, in points (x100)."""
     if df is None or not len(df):
         return "(no results)"
     main = df[df["is_main"]].copy()
     main["score"] = main["value"] * 100
+    main["probe"] = [probe_variant(p, t) for p, t in zip(main["probe"], main.get("feature_transform", [None] * len(main)))]
     table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
     table.columns = [f"L{int(c)}" for c in table.columns]
     return table.round(2).to_string()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import faiss
 import numpy as np
@@ -18,6 +19,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from .metrics import resampled_scores, score
+from .stats import bootstrap_p
 
 # Regularisation grid of the logistic-regression probe: scikit-learn LogisticRegressionCV's default
 # (Cs=10 -> np.logspace(-4, 4, 10)); ascending, so each fit warm-starts from the previous solution.
@@ -149,6 +151,56 @@ def cosine_similarity(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (_normalised(u) * _normalised(v)).sum(1)
 
 
+# Feature transforms of the similarity probes (cosine, kNN). A mean direction shared by every example dominates the
+# cosine of raw transformer features (anisotropy: geometry.anisotropy), so a cosine or kNN score mixes what the
+# features say about the content with where the cloud sits. `centred` subtracts the mean; `whitened` also rescales
+# every principal direction to unit variance (Su et al. 2021, "Whitening sentence representations for better
+# semantics and faster retrieval"). Both are fitted on the unlabelled features of the task's training split, never
+# on an evaluation split, and applied to train and evaluation features alike. Whitening drops the directions whose
+# variance is below WHITEN_RTOL x the largest (the numerical noise of a collapsed layer) instead of amplifying them.
+# The linear probe standardises its features itself, so centring changes nothing there: it takes raw features only.
+FEATURE_TRANSFORMS = ("raw", "centred", "whitened")
+WHITEN_RTOL = 1e-6
+
+
+@dataclass
+class FeatureTransform:
+    kind: str  # one of FEATURE_TRANSFORMS
+    mean: np.ndarray | None = None
+    projection: np.ndarray | None = None  # (d, k) whitening matrix
+    fitted_rows: int = 0
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.kind == "raw":
+            return x
+        centred = np.asarray(x, dtype=np.float64) - self.mean
+        return (centred if self.projection is None else centred @ self.projection).astype(np.float32)
+
+    @property
+    def protocol(self) -> dict:
+        """What a result row records of it."""
+        if self.kind == "raw":
+            return {"feature_transform": "raw"}
+        whitened = {"whiten_rtol": WHITEN_RTOL, "whitened_dims": int(self.projection.shape[1])} if self.projection is not None else {}
+        return {"feature_transform": self.kind, "transform_fitted_on": "train split, unlabelled", "transform_fit_rows": self.fitted_rows,
+                **whitened}  # fmt: skip
+
+
+def fit_feature_transform(kind: str, x_fit: np.ndarray | None) -> FeatureTransform:
+    """The transform `kind` fitted on the rows of `x_fit` (training-split features; unused for raw)."""
+    if kind not in FEATURE_TRANSFORMS:
+        raise ValueError(f"feature transform: expected one of {', '.join(FEATURE_TRANSFORMS)}, got {kind!r}")
+    if kind == "raw":
+        return FeatureTransform("raw")
+    x = np.asarray(x_fit, dtype=np.float64)
+    mean = x.mean(axis=0)
+    if kind == "centred":
+        return FeatureTransform(kind, mean, None, len(x))
+    eig, vectors = np.linalg.eigh((x - mean).T @ (x - mean) / max(len(x) - 1, 1))
+    keep = eig > WHITEN_RTOL * max(eig.max(), 0.0)
+    return FeatureTransform(kind, mean, vectors[:, keep] / np.sqrt(eig[keep]), len(x))
+
+
 def senteval_pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """SentEval's pair representation [u, v, |u - v|, u * v] (Conneau et al. 2017)."""
     return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)
@@ -191,13 +243,20 @@ def bootstrap_ci(
     return _percentile_interval(values, ci)
 
 
-def bootstrap_diff_ci(
+class PairedDiff(NamedTuple):
+    low: float  # percentile interval of score(b) - score(a)
+    high: float
+    p: float  # two-sided p-value of the difference (stats.bootstrap_p)
+
+
+def bootstrap_diff(
     metric: str, y_true, pred_a, pred_b, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI,
     seed: int = BOOTSTRAP_SEED,
-) -> tuple[float, float]:  # fmt: skip
-    """Paired percentile bootstrap interval of score(b) - score(a), both scored on the same resamples of the
-    same evaluation examples (Koehn 2004). Two probes of one model on one task (two layers, say) err on
-    many of the same examples; the paired interval cancels that shared part, which comparing the two
-    separate intervals for overlap does not, so it separates differences that the overlap test cannot."""
+) -> PairedDiff:  # fmt: skip
+    """Paired percentile bootstrap of score(b) - score(a), both scored on the same resamples of the same
+    evaluation examples (Koehn 2004): its interval and two-sided p-value. Two probes of one model on one
+    task (two layers, say) err on many of the same examples; the paired interval cancels that shared part,
+    which comparing the two separate intervals for overlap does not. It covers evaluation noise only: the
+    predictions are fixed, so it says nothing about another pre-training seed (stats.EVALUATION_NOISE)."""
     a, b = _resampled_values(metric, np.asarray(y_true), [np.asarray(pred_a), np.asarray(pred_b)], resamples, seed)
-    return _percentile_interval(b - a, ci)
+    return PairedDiff(*_percentile_interval(b - a, ci), bootstrap_p(b - a))

@@ -6,8 +6,9 @@ Everything here is rebuilt from the files a sweep writes, so it can be re-run at
     unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
 Outputs: tables/{scores,summary,summary_by_size,plateau,comparisons,geometry,sample_efficiency}.{csv,parquet},
 plots/*.{png,svg}, report.md, report.html. Every plot draws error bars over seeds (the rule: seed_bands) and says
-which in its title and caption; `comparisons` says which differences the report makes are larger than that noise,
-and gives no verdict where a run is still on the unigram plateau (crossbert_model.plateau): `plateau` says which.
+which in its title and caption; `comparisons` tests which differences the report makes are beyond noise (the test,
+alpha and correction: crossbert_eval.stats), and gives no verdict where a run is still on the unigram plateau
+(crossbert_model.plateau): `plateau` says which.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossbert_model.args import read_yaml
 from crossbert_model.errors import CrossbertError
 from crossbert_model.plateau import PLATEAU_MARGIN, off_plateau, plateau_margin, unigram_entropy_key, unigram_entropy_key_for
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS, SHARED_LOSS_R50, protocol_key
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
-from .results import RESULTS_FILE, ResultsStore, duplicate_units, normalise_row
+from . import stats as S
+from .results import RESULTS_FILE, ResultsStore, duplicate_units, normalise_row, probe_variant
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,27 @@ def fill_by_run(checkpoints: pd.DataFrame, filled: pd.DataFrame) -> pd.DataFrame
     return out
 
 
+def sweep_config(root: Path) -> dict:
+    """The sweep's sweep.yaml as a mapping ({} where there is none)."""
+    return read_yaml(root / "sweep.yaml") if (root / "sweep.yaml").is_file() else {}
+
+
+def reference_objective(sweep: dict) -> str | None:
+    """The objective every other is compared with: the sweep config's `reference_objective`, else the first
+    objective it lists (None: no sweep config, no objective comparisons)."""
+    objectives = sweep.get("objectives") or []
+    return sweep.get("reference_objective") or (objectives[0]["name"] if objectives else None)
+
+
+def with_probe_variants(results: pd.DataFrame) -> pd.DataFrame:
+    """`probe` named with its feature transform (results.probe_variant: `knn`, `knn (centred)`), so every table
+    keeps the raw and the transformed scores of one probe apart, side by side."""
+    if "feature_transform" not in results.columns:
+        return results
+    probes = [probe_variant(p, t) for p, t in zip(results["probe"], results["feature_transform"])]
+    return results.assign(probe=probes).drop(columns="feature_transform")
+
+
 def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     checkpoints = load_checkpoints(root)
     results = pd.DataFrame(result_rows(root) if rows is None else rows)
@@ -79,9 +103,9 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
         return pd.DataFrame()
     if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
         results = results[results["probe"] != GEOMETRY_PROBE]
-    keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value",
-            "is_main", "ci_low", "ci_high", "unit"]  # fmt: skip
-    results = results[[c for c in keep if c in results.columns]]
+    keep = ["model_fingerprint", "task", "family", "split", "probe", "feature_transform", "layer", "relative_depth", "pooling",
+            "metric", "value", "is_main", "ci_low", "ci_high", "unit"]  # fmt: skip
+    results = with_probe_variants(results[[c for c in keep if c in results.columns]])
     if results.empty:
         return pd.DataFrame()
     layer = pd.to_numeric(results["layer"], errors="coerce")  # an int end to end: tables sort 2 < 10, L6 not L6.0
@@ -179,19 +203,17 @@ def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------------
-# Uncertainty: the spread over seeds, or with one seed the bootstrap interval over evaluation examples
+# Uncertainty: error bars over seeds (descriptive), and tests of the report's comparisons (crossbert_eval.stats)
 # ------------------------------------------------------------------------------------------------
-# Error bars and the noise of a comparison use one rule, named here once:
+# Error bars describe the spread; they are not a test. One rule, named here once:
 #   3 or more seeds: mean +- std over seeds (ddof=1);
 #   2 seeds: min-max (a std of two values is their half-difference times sqrt(2): too optimistic);
 #   1 seed: the row's bootstrap interval (probes.BOOTSTRAP_CI over evaluation examples), when it has one.
-# A difference is called larger than the noise when the two intervals do not overlap, except for two 1-seed
-# scores on one evaluation set whose predictions the store kept: there the paired bootstrap interval of the
-# difference (probes.bootstrap_diff_ci) decides, beyond noise when it excludes 0.
+# Which differences are beyond noise is a test with a stated error rate (stats: Welch over seeds, the paired
+# bootstrap for two scores of one model with one seed, Benjamini-Hochberg across the report): comparisons().
 MIN_SEEDS_FOR_STD = 3
 BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
          "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
-PAIRED = "paired bootstrap 95% interval of the difference (1 seed)"
 
 
 def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
@@ -237,33 +259,21 @@ def _yerr(bands: pd.DataFrame):
     return np.clip(np.vstack([bands["err_low"].fillna(0).to_numpy(), bands["err_high"].fillna(0).to_numpy()]), 0, None)
 
 
-def _interval(row: pd.Series, side: str) -> tuple[float, float] | None:
-    if row[f"{side}band"] == "none":
-        return None
-    return row[f"{side}mean"] - row[f"{side}err_low"], row[f"{side}mean"] + row[f"{side}err_high"]
+# Why a comparison has no test (its `noise` column; `test` says "none").
+UNTESTED = {
+    "models": "untested: one seed per model (seed variance unmeasured)",
+    "predictions": "untested: one seed, no kept predictions for the paired bootstrap",
+    "mixed": "untested: a side with one seed",
+    "constant": "untested: neither side varies over seeds",
+}
 
 
-def noise_verdicts(pairs: pd.DataFrame) -> pd.DataFrame:
-    """pairs: a_* and b_* columns of two seed_bands rows; adds diff (b - a), the noise each side
-    carries and the verdict: 'beyond noise' (the intervals do not overlap), 'within noise' or 'unknown'."""
-    out = pairs.copy()
-    out["diff"] = out["b_mean"] - out["a_mean"]
-    verdicts, noise = [], []
-    for _, row in out.iterrows():
-        a, b = _interval(row, "a_"), _interval(row, "b_")
-        noise.append(" / ".join(sorted({BANDS[row["a_band"]], BANDS[row["b_band"]]})))
-        if a is None or b is None:
-            verdicts.append("unknown")
-        else:
-            verdicts.append("beyond noise" if a[1] < b[0] or b[1] < a[0] else "within noise")
-    out["noise"], out["verdict"] = noise, verdicts
-    return out
-
-
-def _pair_up(bands: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
-    cols = ["mean", "err_low", "err_high", "band", "seeds"]
-    left = bands[bands[side_col] == a].set_index(keys)[cols].add_prefix("a_")
-    right = bands[bands[side_col] == b].set_index(keys)[cols].add_prefix("b_")
+def _pair_values(rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
+    """One row per key present on both sides: a_values / b_values, the per-seed scores of each side."""
+    per_seed = rows.groupby([*keys, side_col, "seed"], dropna=False)["score"].mean().reset_index()
+    sides = per_seed.groupby([*keys, side_col], dropna=False)["score"].agg(list).rename("values").reset_index()
+    left = sides[sides[side_col] == a].drop(columns=side_col).set_index(keys).add_prefix("a_")
+    right = sides[sides[side_col] == b].drop(columns=side_col).set_index(keys).add_prefix("b_")
     return left.join(right, how="inner").reset_index()
 
 
@@ -283,62 +293,98 @@ def _with_units(pairs: pd.DataFrame, rows: pd.DataFrame, keys: list[str], side_c
     return out
 
 
-def paired_verdicts(table: pd.DataFrame, predictions) -> pd.DataFrame:
-    """Re-judge each pair of two 1-seed scores whose predictions on one evaluation set were kept
-    (`predictions(unit)` -> (labels, predictions) or None) by the paired bootstrap interval of the
-    difference, in points: diff_ci_low / diff_ci_high; beyond noise when it excludes 0."""
+def _seed_test(a: list, b: list) -> dict:
+    """Welch's test over seeds (stats.welch) where both sides have two or more seeds; else why there is none."""
+    if min(len(a), len(b)) < 2:
+        return {"test": "none", "noise": UNTESTED["mixed" if max(len(a), len(b)) > 1 else "models"]}
+    w = S.welch(a, b)
+    if np.isnan(w.p):
+        return {"test": "none", "noise": UNTESTED["constant"]}
+    return {"test": f"{S.WELCH} ({len(a)} vs {len(b)})", "noise": S.SEED_NOISE, "p_value": float(w.p),
+            "diff_ci_low": float(w.ci_low), "diff_ci_high": float(w.ci_high)}  # fmt: skip
+
+
+def seed_tests(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each pair's means, spreads and seeds, its difference (b - a) and its test over seeds."""
+    out = pairs.copy()
+    for side in ("a", "b"):
+        values = out[f"{side}_values"]
+        out[f"{side}_mean"] = [float(np.mean(v)) for v in values]
+        out[f"{side}_std"] = [float(np.std(v, ddof=1)) if len(v) > 1 else np.nan for v in values]
+        out[f"{side}_seeds"] = [len(v) for v in values]
+    out["diff"] = out["b_mean"] - out["a_mean"]
+    tests = pd.DataFrame([_seed_test(a, b) for a, b in zip(out["a_values"], out["b_values"])], index=out.index)
+    return out.join(tests.reindex(columns=["test", "noise", "p_value", "diff_ci_low", "diff_ci_high"]))
+
+
+def paired_tests(table: pd.DataFrame, predictions) -> pd.DataFrame:
+    """Test each pair of two 1-seed scores of the same pre-trained model (`within_model`) by the paired bootstrap
+    of the difference over its evaluation examples (probes.bootstrap_diff; in points): evaluation noise only.
+    `predictions(unit)` -> (labels, predictions) or None. Two different models with one seed each stay untested."""
     out = table.copy()
-    out["diff_ci_low"], out["diff_ci_high"] = np.nan, np.nan
+    one_seed = (out["a_seeds"] == 1) & (out["b_seeds"] == 1) & out["within_model"]
+    out.loc[one_seed, "noise"] = UNTESTED["predictions"]
     if predictions is None or "a_unit" not in out.columns:
         return out
-    from .probes import bootstrap_diff_ci  # here: probes imports FAISS and scikit-learn, which a report rarely needs
+    from .probes import bootstrap_diff  # here: probes imports FAISS and scikit-learn, which a report rarely needs
 
-    for i, row in out.iterrows():
-        if row["a_seeds"] != 1 or row["b_seeds"] != 1 or pd.isna(row["a_unit"]) or pd.isna(row["b_unit"]):
-            continue
-        a, b = predictions(row["a_unit"]), predictions(row["b_unit"])
+    for i, row in out[one_seed].iterrows():
+        a, b = (predictions(u) if pd.notna(u) else None for u in (row["a_unit"], row["b_unit"]))
         if a is None or b is None or not np.array_equal(a[0], b[0]):
             continue
-        low, high = bootstrap_diff_ci(row["metric"], a[0], a[1], b[1])
-        out.loc[i, ["diff_ci_low", "diff_ci_high", "noise"]] = 100 * low, 100 * high, PAIRED
-        out.loc[i, "verdict"] = "beyond noise" if low > 0 or high < 0 else "within noise"
+        d = bootstrap_diff(row["metric"], a[0], a[1], b[1])
+        out.loc[i, ["diff_ci_low", "diff_ci_high", "p_value"]] = 100 * d.low, 100 * d.high, d.p
+        out.loc[i, ["test", "noise"]] = S.PAIRED, S.EVALUATION_NOISE
     return out
 
 
-def comparisons(scores: pd.DataFrame, reference: str = "mlm", predictions=None, plateau: pd.DataFrame | None = None,
+def family_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """The report's correction (stats.adjusted) over its family: every comparison with a p-value that the plateau
+    rule did not withhold. Beyond noise when the adjusted p-value is at most stats.ALPHA; no p-value: unknown."""
+    out = table.copy()
+    withheld = out["verdict"].fillna("").str.startswith("not comparable")
+    out["p_adjusted"] = S.adjusted(out["p_value"].where(~withheld).to_numpy(float))
+    called = np.where(S.beyond_noise(out["p_adjusted"]), "beyond noise", "within noise")
+    out["verdict"] = np.where(withheld, out["verdict"], np.where(out["p_adjusted"].isna(), "unknown", called))
+    return out
+
+
+COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
+                      "a_std", "b_std", "a_seeds", "b_seeds", "test", "noise", "p_value", "p_adjusted", "verdict"]  # fmt: skip
+
+
+def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=None, plateau: pd.DataFrame | None = None,
                 ) -> pd.DataFrame:  # fmt: skip
-    """The comparisons the report makes, each with its verdict against the noise:
-    * objectives at each size: the flat MLM (reference) vs every other objective, per task and probe
-      (final checkpoints, last layer, main metric);
+    """The comparisons the report makes, each with its test and verdict:
+    * objectives at each size: the `reference` objective (reference_objective: the sweep config's) vs every
+      other objective, per task and probe (final checkpoints, last layer, main metric); none without a reference;
     * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe.
-    `predictions` (ResultsStore.load_predictions) lets two 1-seed scores be compared paired (paired_verdicts);
-    `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the plateau."""
+    Tests: Welch over seeds, or for two 1-seed scores of one model the paired bootstrap over evaluation examples
+    (`predictions`: ResultsStore.load_predictions); then the report's correction over every tested comparison
+    (family_verdicts). `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the
+    plateau, and those are left out of the correction's family."""
     final = _headline_split(scores[scores["is_main"] & scores["is_final"]])
     if final.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
     parts = []
     by_objective = final[final["is_last_layer"]]
-    last = seed_bands(by_objective, ["objective", "size", "params_non_embedding", "task", "probe"])
     keys = ["size", "params_non_embedding", "task", "probe"]
-    for other in sorted(set(last["objective"]) - {reference}):
-        pairs = _pair_up(last, keys, "objective", reference, other)
-        pairs = _with_units(pairs, by_objective, keys, "objective", reference, other)
+    for other in sorted(set(by_objective["objective"]) - {reference}) if reference in set(by_objective["objective"]) else []:
+        pairs = _with_units(_pair_values(by_objective, keys, "objective", reference, other), by_objective, keys, "objective", reference, other)
         if len(pairs):
-            parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other))
+            parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other, within_model=False))
     ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
     keys = ["objective", "size", "params_non_embedding", "task", "probe"]
-    pairs = _pair_up(seed_bands(ends, [*keys, "end"]), keys, "end", "layer 0", "last layer")
-    pairs = _with_units(pairs, ends, keys, "end", "layer 0", "last layer")
+    pairs = _with_units(_pair_values(ends, keys, "end", "layer 0", "last layer"), ends, keys, "end", "layer 0", "last layer")
     if len(pairs):
-        parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer"))
+        parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer", within_model=True))
     if not parts:
-        return pd.DataFrame()
-    out = paired_verdicts(noise_verdicts(pd.concat(parts, ignore_index=True)), predictions)
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    out = paired_tests(seed_tests(pd.concat(parts, ignore_index=True)), predictions)
     out["objective"] = out["objective"].fillna("") if "objective" in out else ""
-    out = plateau_verdicts(out, plateau)
+    out = family_verdicts(plateau_verdicts(out.assign(verdict=""), plateau))
     out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
-    return out[["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
-                "a_seeds", "b_seeds", "noise", "verdict"]]  # fmt: skip
+    return out[COMPARISON_COLUMNS]
 
 
 def plateau_runs(plateau: pd.DataFrame | None, size, objectives) -> list[str]:
@@ -367,25 +413,56 @@ def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.Da
     return out
 
 
+def _named(row: pd.Series) -> str:
+    evaluation_only = " [evaluation noise only]" if row["noise"] == S.EVALUATION_NOISE else ""
+    who = (row["objective"] + " ") if row["objective"] else ""
+    return f"{who}{row['size']} {row['task']}:{row['probe']} ({row['diff']:+.2f}, adjusted p {row['p_adjusted']:.2g}){evaluation_only}"
+
+
 def noise_paragraph(table: pd.DataFrame) -> str:
-    """The generated summary above the comparison table: how many differences exceed the noise, and which."""
+    """The generated summary above the comparison table: how many differences are beyond noise, and which."""
     if table.empty:
         return "No comparisons: a sweep needs two objectives at one size, or a layer-0 and a last-layer score."
     lines = []
     for comparison, sub in table.groupby("comparison", sort=False):
         counts = sub["verdict"].value_counts()
         withheld = int(sub["verdict"].str.startswith("not comparable").sum())
-        beyond = sub[sub["verdict"] == "beyond noise"]
-        named = ", ".join(
-            f"{(r['objective'] + ' ') if r['objective'] else ''}{r['size']} {r['task']}:{r['probe']} ({r['diff']:+.2f})" for _, r in beyond.iterrows()
-        )
+        named = ", ".join(_named(r) for _, r in sub[sub["verdict"] == "beyond noise"].iterrows())
         lines.append(
-            f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are larger than the noise"
-            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} without a noise estimate"
+            f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are beyond noise"
+            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} untested"
             + (f", {withheld} not comparable: a run on the unigram plateau" if withheld else "") + ")"
             + (f": {named}." if named else ".")
         )
     return "\n".join(lines)
+
+
+def methods_paragraph(table: pd.DataFrame) -> str:
+    """How the report decides (crossbert_eval.stats): the tests, alpha, the correction and its family, and the power."""
+    family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
+    text = (
+        f"**Method.** With two or more seeds per side: {S.WELCH}, two-sided, unequal variances ({S.SEED_NOISE}; "
+        f"`diff_ci_low` / `diff_ci_high`: its uncorrected {1 - S.ALPHA:.0%} interval of the difference). With one seed: two "
+        f"scores of the same pre-trained model on one evaluation set (layer 0 and the last layer) by the {S.PAIRED}, labelled "
+        f"`{S.EVALUATION_NOISE}`; two different models with one seed each are not tested. Multiple comparisons: "
+        f"{S.CORRECTION} over the {family} tested comparisons of this report (those withheld by the unigram-plateau rule are "
+        f"left out), false-discovery rate {S.ALPHA:g}: a difference is beyond noise when its adjusted p-value (`p_adjusted`) "
+        f"is at most {S.ALPHA:g}. When no difference is real this bounds the chance of any false call at {S.ALPHA:g} "
+        "(tests/test_stats.py measures it over simulated reports)."
+    )
+    seeds = sorted({int(min(a, b)) for a, b, t in zip(table["a_seeds"], table["b_seeds"], table["test"]) if str(t).startswith(S.WELCH)}
+                   ) if len(table) else []  # fmt: skip
+    return f"{text} {power_sentence(sorted({S.POWER_SEEDS, *seeds}), family)}" if seeds else text
+
+
+def power_sentence(seeds: list[int], family: int) -> str:
+    """The simulated power (stats.power) of a true difference of stats.POWER_EFFECT_SD seed standard deviations."""
+    cases = []
+    for n in seeds:
+        power = S.power(seeds=n, family=family)
+        cases.append(f"with {n} seeds per side it is called in {power.alone:.1%} of tests at {S.ALPHA:g} uncorrected, and in "
+                     f"{power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}")
+    return f"Power (simulated, normal seed scores), a true difference of {S.POWER_EFFECT_SD:g} standard deviations: {'; '.join(cases)}."
 
 
 # ------------------------------------------------------------------------------------------------
@@ -756,6 +833,21 @@ def geometry_table(geo: pd.DataFrame) -> pd.DataFrame:
     return bands[["task", "metric", "objective", "size", "mean", "std", "seeds"]]
 
 
+CENTRED = "_centred"  # the suffix of geometry's metrics on mean-centred features
+
+
+def centring_table(geometry: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
+    """Each metric that has a centred variant (RankMe, dataset entropy) next to it, from a geometry table (`value`:
+    its column of values): one row per task and model, raw and centred side by side."""
+    centred = sorted({m for m in geometry["metric"] if m.endswith(CENTRED)}) if len(geometry) else []
+    if not centred:
+        return pd.DataFrame()
+    metrics = [m for c in centred for m in (c.removesuffix(CENTRED), c)]
+    index = [c for c in geometry.columns if c not in ("metric", value, "std", "seeds")]
+    wide = geometry[geometry["metric"].isin(metrics)].pivot_table(index=index, columns="metric", values=value)
+    return wide[[m for m in metrics if m in wide.columns]].reset_index().rename_axis(columns=None)
+
+
 # ------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------
@@ -796,9 +888,10 @@ def build_report(root: Path) -> Path | None:
     geo = load_geometry(root, rows)
     checkpoints = load_checkpoints(root)
     plateau = plateau_table(checkpoints)
+    reference = reference_objective(sweep_config(root))
     extras = {
         "plateau": plateau,
-        "comparisons": comparisons(scores, predictions=ResultsStore(root / "results").load_predictions, plateau=plateau),
+        "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau),
         "geometry": geometry_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
     }
@@ -894,12 +987,12 @@ def render_markdown(
            "below (`not comparable`). `unknown`: the run recorded no unigram entropy (runs trained before it was recorded: "
            "`crossbert plateau SWEEP_DIR` fills it in).", "", _markdown_table(plateau, floatfmt="{:.3f}"), ""]
           if len(plateau) else []),  # fmt: skip
-        "## Which differences are larger than the noise",
+        "## Which differences are beyond noise",
         "",
-        "Noise: with 3 or more seeds mean ± std over seeds, with 2 the min–max, with 1 the 95% bootstrap interval over "
-        "evaluation examples (probes.BOOTSTRAP_*); a difference counts as beyond noise when the two intervals do not overlap. "
-        "Two 1-seed probe scores on one evaluation set are compared paired instead: the bootstrap interval of their "
-        "difference over the same resamples (`diff_ci_low` / `diff_ci_high`) must exclude 0.",
+        f"Objectives: {_objectives_compared(reference_objective(sweep_config(root)))}; depth: layer 0 against the last layer "
+        "of each objective and size. The plots' error bars describe the spread; this table tests it.",
+        "",
+        methods_paragraph(compared),
         "",
         noise_paragraph(compared),
         "",
@@ -912,7 +1005,8 @@ def render_markdown(
           if len(efficiency) else []),  # fmt: skip
         *(["## Representation geometry (final checkpoints, last layer)", "",
            "Mean and std over seeds of each metric of crossbert_eval.geometry on the tasks' evaluation texts "
-           "(pair tasks: both sentences, each encoded alone).", "", _markdown_table(geometry, floatfmt="{:.4f}"), ""]
+           "(pair tasks: both sentences, each encoded alone).", "", *centring_section(geometry),
+           _markdown_table(geometry, floatfmt="{:.4f}"), ""]
           if len(geometry) else []),  # fmt: skip
         "## Plots",
         "",
@@ -941,6 +1035,24 @@ def render_markdown(
         "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
     ]
     return "\n".join(parts) + "\n"
+
+
+def centring_section(geometry: pd.DataFrame, value: str = "mean") -> list[str]:
+    """The report's lines for centring_table: raw and centred RankMe and dataset entropy side by side (none for rows
+    computed before the centred metrics existed)."""
+    table = centring_table(geometry, value)
+    if table.empty:
+        return []
+    return ["Raw and mean-centred features side by side (seed means): uncentred, a mean direction shared by every "
+            "example is one large singular value that dominates RankMe and the dataset entropy; centred, they measure "
+            "how the examples differ from one another.", "", _markdown_table(table, floatfmt="{:.4f}"), "", "Every metric:", ""]
+
+
+def _objectives_compared(reference: str | None) -> str:
+    if reference is None:
+        return "none compared (no sweep.yaml names the objectives)"
+    return (f"every objective against the reference objective `{reference}` (the sweep config's `reference_objective`, else "
+            "its first objective), per size, task and probe (last layer)")  # fmt: skip
 
 
 def _timing_table(root: Path) -> str:

@@ -217,6 +217,12 @@ def normalise_row(row: dict) -> dict:
     return row
 
 
+def probe_variant(probe: str, transform) -> str:
+    """How tables name a probe on transformed features (probes.FEATURE_TRANSFORMS): `knn` on raw features (and
+    rows written before transforms existed), `knn (centred)`, `cosine (whitened)`."""
+    return probe if transform is None or pd.isna(transform) or transform == "raw" else f"{probe} ({transform})"
+
+
 def duplicate_units(rows: list[dict]) -> dict[str, int]:
     """{unit: times written} for units whose rows are in the store more than once (the same unit and
     metric on several lines: two runs computed it)."""

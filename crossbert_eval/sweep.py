@@ -54,6 +54,9 @@ class SweepConfig:
     objectives: list[ObjectiveSpec] = field(
         default_factory=lambda: [ObjectiveSpec("mlm", "mlm", 0.15), ObjectiveSpec("crossbert", "crossbert", 0.5, True)]
     )
+    # the objective every other is compared with in the report's comparisons (None: the first objective listed;
+    # crossbert_eval.report.reference_objective reads it back from sweep.yaml)
+    reference_objective: str | None = None
     seeds: list[int] = field(default_factory=lambda: [0])
     budget: str = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
     budget_tokens: int = 2_000_000
@@ -66,6 +69,8 @@ class SweepConfig:
     probe_layers: str = "all"  # for final checkpoints
     intermediate_layers: str = "last"  # for the earlier checkpoints (probe score along training)
     poolings: list[str] = field(default_factory=lambda: ["mean"])
+    # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
+    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
     max_probe_train: int | None = None  # seeded subsample of each probe's train split
     # Representation geometry (crossbert_eval.geometry_runner) of each probed checkpoint on the probed
     # layers and poolings: evaluation-split texts, the probe stage's cached features where they match.
@@ -104,6 +109,11 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
         raise ConfigError(f"sweep field 'budget_flops': expected a positive number when budget=flops, got {cfg.budget_flops!r}")
     if cfg.budget == "tokens" and cfg.budget_tokens < 1:
         raise ConfigError(f"sweep field 'budget_tokens': expected a positive integer, got {cfg.budget_tokens!r}")
+    names = [o.name for o in cfg.objectives]
+    if cfg.reference_objective is not None and cfg.reference_objective not in names:
+        raise ConfigError(f"sweep field 'reference_objective': expected one of the objectives ({', '.join(names)}), "
+                          f"got {cfg.reference_objective!r}")  # fmt: skip
+    _check_probe_settings(cfg)
     runs = []
     for size in cfg.sizes:
         for obj in cfg.objectives:
@@ -126,6 +136,17 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
                 validate_config(tc)  # a bad train override fails here, before any run of the sweep starts
                 runs.append(RunSpec(obj, size, seed, tc, flops_per_token))
     return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
+
+
+def _check_probe_settings(cfg: SweepConfig) -> None:
+    """The probe fields, checked before any run trains (crossbert_eval.probe.ProbeSettings.validate)."""
+    from crossbert_eval.probe import ProbeError, ProbeSettings
+
+    try:
+        ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, poolings=cfg.poolings, max_train=cfg.max_probe_train,
+                      feature_transforms=cfg.feature_transforms)  # fmt: skip
+    except ProbeError as e:
+        raise ConfigError(f"sweep fields 'probes' / 'poolings' / 'max_probe_train' / 'feature_transforms': {e}") from None
 
 
 def planned_flops_per_token(tc: TrainConfig) -> float:
@@ -194,7 +215,7 @@ class Sweep:
                     tasks=self.cfg.probe_tasks, probes=self.cfg.probes,
                     layers=self.cfg.probe_layers if final else self.cfg.intermediate_layers, poolings=self.cfg.poolings,
                     results_dir=str(self.results_dir), cache_dir=str(self.root / "features"),
-                    max_train=self.cfg.max_probe_train, data_root=self.cfg.data_root,
+                    max_train=self.cfg.max_probe_train, data_root=self.cfg.data_root, feature_transforms=self.cfg.feature_transforms,
                 )  # fmt: skip
                 runner = ProbeRunner(encoder, settings)
                 with self.timed("probe", run, step=step):

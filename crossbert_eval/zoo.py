@@ -79,6 +79,8 @@ class ZooConfig:
     probes: list[str] = field(default_factory=lambda: ["linear", "knn"])
     probe_layers: str = "all"
     max_probe_train: int | None = None  # seeded subsample of each probe's train split
+    # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
+    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
     mteb_layers: str = "last"  # all | last | N,M,...: layers mteb evaluates (features of every layer are cached)
@@ -207,9 +209,10 @@ def validate_config(cfg: ZooConfig) -> None:
         _check_layers(key, getattr(cfg, key))
     if cfg.probe_tasks:
         try:
-            ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, max_train=cfg.max_probe_train)  # validates probes / max_train
+            ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, max_train=cfg.max_probe_train,
+                          feature_transforms=cfg.feature_transforms)  # validates probes / max_train / feature_transforms
         except CrossbertError as e:
-            raise ConfigError(f"zoo fields 'probes' / 'max_probe_train': {str(e).removeprefix('--probe: ')}") from None
+            raise ConfigError(f"zoo fields 'probes' / 'max_probe_train' / 'feature_transforms': {str(e).removeprefix('--probe: ')}") from None
         resolve_tasks(cfg.probe_tasks)
     if cfg.geometry_tasks:
         resolve_tasks(cfg.geometry_tasks)
@@ -295,7 +298,7 @@ class Zoo:
         if cfg.probe_tasks:
             settings = ProbeSettings(
                 tasks=cfg.probe_tasks, probes=cfg.probes, layers=cfg.probe_layers, poolings=requested, results_dir=results,
-                cache_dir=features, max_train=cfg.max_probe_train, data_root=cfg.data_root,
+                cache_dir=features, max_train=cfg.max_probe_train, data_root=cfg.data_root, feature_transforms=cfg.feature_transforms,
             )  # fmt: skip
             runner = ProbeRunner(encoder, settings)
             with self.timed("probe", name):
@@ -395,9 +398,9 @@ def _join(root: Path, rows: list[dict], geometry: bool) -> pd.DataFrame:
     if models.empty or results.empty or "probe" not in results.columns:
         return pd.DataFrame()
     results = results[(results["probe"] == R.GEOMETRY_PROBE) == geometry]
-    keep = ["model_fingerprint", "task", "family", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value", "is_main",
-            "ci_low", "ci_high", "n_eval"]  # fmt: skip
-    results = results[[c for c in keep if c in results.columns]]
+    keep = ["model_fingerprint", "task", "family", "split", "probe", "feature_transform", "layer", "relative_depth", "pooling", "metric",
+            "value", "is_main", "ci_low", "ci_high", "n_eval", "unit"]  # fmt: skip
+    results = R.with_probe_variants(results[[c for c in keep if c in results.columns]])
     if results.empty:
         return pd.DataFrame()
     layer = pd.to_numeric(results["layer"], errors="coerce")
@@ -556,7 +559,7 @@ def build_zoo_report(root: str | os.PathLike) -> Path | None:
     geo = zoo_geometry(root, rows)
     tables = {
         "models": models_table(root), "scores": scores, "summary": summary_table(scores), "last_vs_best": last_vs_best(scores),
-        "comparisons": R.comparisons(scores, predictions=ResultsStore(root / "results").load_predictions),
+        "comparisons": R.comparisons(scores, None, ResultsStore(root / "results").load_predictions),  # depth only: one seed per model
         "geometry": geometry_table(geo),
     }  # fmt: skip
     (root / "tables").mkdir(parents=True, exist_ok=True)
@@ -610,14 +613,17 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Path], warning: st
         "",
         R._markdown_table(tables["last_vs_best"]),
         "",
-        "## Which differences are larger than the noise",
+        "## Which differences are beyond noise",
         "",
-        "One seed per model: the noise is the 95% bootstrap interval over evaluation examples (mteb rows have none); a "
-        "difference counts as beyond noise when the two intervals do not overlap.",
+        "One seed per model: each model's layer 0 against its last layer, per task and probe; models are not tested against "
+        "each other (one seed each: seed variance unmeasured).",
         "",
-        R.noise_paragraph(tables["comparisons"]).replace("a sweep needs", "a zoo needs"),
+        R.methods_paragraph(tables["comparisons"]),
         "",
-        *(["## Representation geometry (last layer)", "", R._markdown_table(geometry, floatfmt="{:.4f}"), ""] if len(geometry) else []),
+        R.noise_paragraph(tables["comparisons"]).replace("a sweep needs two objectives at one size, or", "a zoo needs"),
+        "",
+        *(["## Representation geometry (last layer)", "", *R.centring_section(geometry, "value"),
+           R._markdown_table(geometry, floatfmt="{:.4f}"), ""] if len(geometry) else []),
         "## Plots",
         "",
         *[f"![{p.stem}](plots/{p.name})\n\n*{p.stem}: {R.CAPTIONS.get(p.stem, '')}*\n" for p in plots],

@@ -57,6 +57,58 @@ def test_dataset_entropy_is_log_of_the_rank_for_equal_directions():
     assert G.dataset_entropy(rank_k(5), alpha=2.0) == pytest.approx(np.log(5), rel=0.01)
 
 
+# RankMe adds Garrido et al.'s epsilon to every one of the min(n, d) normalised singular values, the zero ones
+# included: 16 of them contribute about 16 x 1e-7 x log(1e7) to the entropy.
+RANKME_REL = 1e-4
+
+
+def entropy(*weights: float) -> float:
+    """Shannon entropy (nats) of weights normalised to sum 1."""
+    p = np.array(weights) / sum(weights)
+    return float(-(p * np.log(p)).sum())
+
+
+def spectrum(scales, offset: float = 0.0, d: int = 16, reps: int = 50, seed: int = 0):
+    """Examples whose centred singular values are exactly sqrt(n) x `scales`: every +-1 combination of len(scales)
+    orthonormal directions (a full factorial: columns of mean 0, orthogonal), repeated, each direction scaled; plus
+    `offset` times a further orthonormal direction shared by every example (a mean the centred metrics remove)."""
+    from itertools import product
+
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.standard_normal((d, len(scales) + 1)))[0].T  # orthonormal rows: the directions, then the mean's
+    coef = np.tile(np.array(list(product([-1.0, 1.0], repeat=len(scales)))), (reps, 1))
+    return (coef * np.array(scales)) @ basis[:-1] + offset * basis[-1]
+
+
+def test_rankme_is_the_entropy_of_the_singular_values_and_dataset_entropy_of_their_squares():
+    """Unequal spectra tell the formulas apart (equal ones give log k either way): singular values (2, 1) give RankMe
+    exp H(2/3, 1/3) = 1.89 (Garrido et al.: sigma / sum sigma) and dataset entropy H(4/5, 1/5) (Gram eigenvalues sigma^2)."""
+    x = np.array([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    assert G.effective_rank(x) == pytest.approx(np.exp(entropy(2, 1)), rel=1e-6)
+    assert G.dataset_entropy(x) == pytest.approx(entropy(4, 1), rel=1e-9)
+    assert G.effective_rank(x) != pytest.approx(np.exp(entropy(4, 1)), rel=1e-3)  # the squared-singular-value RankMe fails
+    for scales in ([2.0, 1.0], [3.0, 2.0, 1.0]):  # the same on many examples in a higher dimension
+        many = spectrum(scales)
+        assert G.effective_rank(many) == pytest.approx(np.exp(entropy(*scales)), rel=RANKME_REL)
+        assert G.dataset_entropy(many) == pytest.approx(entropy(*np.square(scales)), rel=1e-9)
+    assert G.dataset_entropy(x, alpha=2.0) == pytest.approx(-np.log(0.8**2 + 0.2**2), rel=1e-9)  # Renyi order 2
+
+
+def test_centred_metrics_see_the_spread_and_not_the_shared_mean():
+    """A cloud with centred singular values (2, 1), shifted by 10 along a further direction: uncentred, the shift is
+    a third singular value of 10 that dominates; centred, the closed forms of the unshifted cloud come back."""
+    shifted = spectrum([2.0, 1.0], offset=10.0)
+    out = G.geometry(shifted)
+    assert out["effective_rank_centred"] == pytest.approx(np.exp(entropy(2, 1)), rel=RANKME_REL)
+    assert out["dataset_entropy_centred"] == pytest.approx(entropy(4, 1), rel=1e-9)
+    assert out["effective_rank"] == pytest.approx(np.exp(entropy(10, 2, 1)), rel=RANKME_REL)
+    assert out["dataset_entropy"] == pytest.approx(entropy(100, 4, 1), rel=1e-9)
+    unshifted = G.geometry(spectrum([2.0, 1.0]))
+    assert unshifted["effective_rank"] == pytest.approx(unshifted["effective_rank_centred"], rel=1e-9)  # mean 0: the same
+    offset = G.geometry(isotropic(d=32) + 10.0)  # the anisotropic cloud of test_anisotropy_...: 32 directions in use
+    assert offset["effective_rank"] < 7 and offset["effective_rank_centred"] == pytest.approx(32.0, rel=0.02)
+
+
 def test_geometry_returns_every_metric_and_refuses_a_single_row():
     out = G.geometry(rank_k(4))
     assert set(out) == set(G.METRICS)

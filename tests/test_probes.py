@@ -246,18 +246,20 @@ def test_paired_bootstrap_separates_what_the_overlap_of_two_intervals_cannot():
     y, a = _classification(n=872, p=0.7, classes=2, seed=1)
     b = _fixes(y, a, 30)
     assert P.bootstrap_ci("accuracy", y, b)[0] < P.bootstrap_ci("accuracy", y, a)[1]
-    low, high = P.bootstrap_diff_ci("accuracy", y, a, b)
+    low, high, p = P.bootstrap_diff("accuracy", y, a, b)
     assert 0 < low < score("accuracy", y, b) - score("accuracy", y, a) < high
-    assert P.bootstrap_diff_ci("accuracy", y, b, a) == pytest.approx((-high, -low))  # b - a, mirrored
-    assert P.bootstrap_diff_ci("accuracy", y, a, a) == (0.0, 0.0)
+    assert p == pytest.approx(2 / (P.BOOTSTRAP_RESAMPLES + 1))  # no resample of b - a at or below 0: the smallest p
+    assert P.bootstrap_diff("accuracy", y, b, a) == pytest.approx((-high, -low, p))  # b - a, mirrored
+    assert P.bootstrap_diff("accuracy", y, a, a) == (0.0, 0.0, 1.0)
 
 
 @pytest.mark.parametrize("metric", list(CASES))
 def test_paired_bootstrap_interval_contains_the_observed_difference(metric):
     y, a = CASES[metric]
     b = np.where(np.random.default_rng(5).random(len(y)) < 0.1, y, a)  # a tenth of the predictions made exact
-    low, high = P.bootstrap_diff_ci(metric, y, a, b)
+    low, high, p = P.bootstrap_diff(metric, y, a, b)
     assert low < score(metric, y, b) - score(metric, y, a) < high
+    assert (p < 0.05) == (low > 0 or high < 0)  # the p-value and the 95% interval agree
 
 
 def test_bootstrap_of_a_few_thousand_examples_costs_well_under_a_second():
@@ -268,3 +270,99 @@ def test_bootstrap_of_a_few_thousand_examples_costs_well_under_a_second():
         started = time.perf_counter()
         P.bootstrap_ci(metric, y, p)
         assert time.perf_counter() - started < 1.0, metric  # measured ~0.1-0.25 s on 2 shared cores
+
+
+# -- feature transforms of the similarity probes: fitted on the training split, never the evaluation split -----------
+
+
+def test_centring_and_whitening_are_fitted_on_the_rows_given():
+    rng = np.random.default_rng(0)
+    fit = rng.normal(5.0, 1.0, (500, 6)) @ rng.normal(size=(6, 6))  # correlated, far from the origin
+    other = rng.normal(-3.0, 2.0, (40, 6))
+    centred = P.fit_feature_transform("centred", fit)
+    assert np.abs(centred(fit).mean(0)).max() < 1e-4
+    assert centred(other) == pytest.approx(other - fit.mean(0), abs=1e-4)  # the fit's mean, not its own
+    whitened = P.fit_feature_transform("whitened", fit)
+    assert np.cov(whitened(fit), rowvar=False) == pytest.approx(np.eye(6), abs=1e-4)
+    flat = np.c_[fit[:, :3], np.zeros((500, 3))]  # three directions without variance: dropped, not amplified
+    assert P.fit_feature_transform("whitened", flat)(flat).shape == (500, 3)
+    assert P.fit_feature_transform("raw", None)(other) is other
+    assert P.fit_feature_transform("whitened", fit).protocol == {
+        "feature_transform": "whitened", "transform_fitted_on": "train split, unlabelled", "transform_fit_rows": 500,
+        "whiten_rtol": P.WHITEN_RTOL, "whitened_dims": 6}  # fmt: skip
+
+
+TINY_STS = """
+name: TinySTS
+family: glue
+input: pair
+target: score
+metrics: [pearson, spearman]
+score_range: [0, 5]
+data: {local: tiny_sts, format: tsv, header: false, fields: [genre, file, year, id, score, sentence1, sentence2],
+       optional_fields: [source1, source2]}
+splits: {train: train.tsv, validation: dev.tsv}
+columns: {text: sentence1, text_pair: sentence2, label: score}
+eval_split: validation
+probes: [linear, knn, cosine]
+"""
+
+
+@pytest.fixture
+def tiny_sts(tmp_path, real_data_root, monkeypatch):
+    """60 training and 30 validation pairs of the real STS-B files as a task of its own (fast to encode)."""
+    import lzma
+
+    folder = tmp_path / "data" / "tiny_sts"
+    folder.mkdir(parents=True)
+    for name, source, n in (("train.tsv", "sts-train.tsv.xz", 60), ("dev.tsv", "sts-dev.tsv.xz", 30)):
+        lines = lzma.open(real_data_root / "stsbenchmark" / source, "rt", encoding="utf-8").read().splitlines()[:n]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "TinySTS.yaml").write_text(TINY_STS)
+    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tmp_path / "tasks"))
+    monkeypatch.setenv("CROSSBERT_DATA_ROOT", str(tmp_path / "data"))
+    return tmp_path
+
+
+def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_sts, monkeypatch):
+    """Every fit sees exactly the training split's features (both sides of each pair for the cosine probe, the joint
+    encoding for kNN); centring with the validation split's own mean would give other scores."""
+    fits = []
+    fit = P.fit_feature_transform
+    monkeypatch.setattr(P, "fit_feature_transform", lambda kind, x: fits.append((kind, x)) or fit(kind, x))
+    task = get_task("TinySTS")
+    run = settings(tiny_sts, tasks=["TinySTS"], probes=["linear", "knn", "cosine"], layers="last", poolings=["mean"],
+                   feature_transforms=["raw", "centred"])  # fmt: skip
+    runner = ProbeRunner(minilm, run)
+    df = runner.run([task])
+    assert {(p, t) for p, t in zip(df["probe"], df["feature_transform"])} == {
+        ("linear", "raw"), ("knn", "raw"), ("knn", "centred"), ("cosine", "raw"), ("cosine", "centred")}  # fmt: skip
+    train, dev = task.load_split("train"), task.load_split("validation")
+    side = lambda texts: minilm.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]  # noqa: E731
+    train_sides = np.concatenate([side(train.texts), side(train.texts_pair)])
+    joint_train = minilm.encode(train.texts, train.texts_pair, layers=[6], poolings=["mean"])[(6, "mean")]
+    fitted = {len(x): x for kind, x in fits if kind == "centred"}
+    assert sorted(fitted) == [60, 120]  # kNN: the 60 training pairs; cosine: their 120 sentences; never the 30 of dev
+    assert fitted[120] == pytest.approx(train_sides, abs=1e-5) and fitted[60] == pytest.approx(joint_train, abs=1e-5)
+
+    u, v = side(dev.texts), side(dev.texts_pair)
+    unit = df[(df["probe"] == "cosine") & (df["feature_transform"] == "centred")]["unit"].iloc[0]
+    _, predicted = runner.store.load_predictions(unit)
+    mean = train_sides.mean(0)
+    assert predicted == pytest.approx(P.cosine_similarity(u - mean, v - mean), abs=1e-5)
+    leaked = np.concatenate([u, v]).mean(0)  # the mistake the test guards against: centring on the evaluation split
+    assert not np.allclose(predicted, P.cosine_similarity(u - leaked, v - leaked), atol=1e-3)
+    row = df[df["unit"] == unit].iloc[0]
+    assert row["protocol"]["feature_transform"] == "centred" and row["protocol"]["transform_fit_rows"] == 120
+
+
+def test_a_transform_is_part_of_the_unit_key_and_raw_keys_are_unchanged(minilm, tiny_sts):
+    from crossbert_eval.probe import transform_key
+
+    runner = ProbeRunner(minilm, settings(tiny_sts, tasks=["TinySTS"], probes=["knn"], feature_transforms=["raw", "centred", "whitened"]))
+    keys = {u.transform: u.key for u in runner.plan(get_task("TinySTS"))}
+    assert len(set(keys.values())) == 3
+    assert transform_key("raw") == {}  # units probed before transforms existed keep their keys: nothing is recomputed
+    with pytest.raises(Exception, match="--feature-transform: expected one or more of raw, centred, whitened"):
+        settings(tiny_sts, tasks=["TinySTS"], feature_transforms=["centered"])

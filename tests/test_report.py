@@ -163,9 +163,12 @@ def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
     assert R.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
 
 
-def _noise_store(root: Path, cells: dict, ci: dict | None = None) -> Path:
+def _noise_store(root: Path, cells: dict, ci: dict | None = None, sweep: dict | None = None) -> Path:
     """cells: {(objective, task, layer): [score per seed]} on one size ("nano", 2 layers); ci: the same keys
-    -> (low, high) written on every seed's row (one-seed sweeps)."""
+    -> (low, high) written on every seed's row (one-seed sweeps); sweep: sweep.yaml (default: the objectives
+    of `cells` in order, the first the reference)."""
+    sweep = sweep or {"objectives": [{"name": o} for o in dict.fromkeys(k[0] for k in cells)]}
+    (root / "sweep.yaml").write_text(json.dumps(sweep))  # YAML reads JSON
     checkpoints, results = [], []
     for (objective, task, layer), values in cells.items():
         for seed, value in enumerate(values):
@@ -183,9 +186,13 @@ def _noise_store(root: Path, cells: dict, ci: dict | None = None) -> Path:
     return root
 
 
-def test_the_report_says_which_differences_are_beyond_the_seed_spread(tmp_path):
+def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_report(tmp_path):
+    from scipy import stats as scipy_stats
+
+    from crossbert_eval import stats as S
+
     cells = {
-        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # 20 points apart: beyond
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # 20 points apart, std 1: beyond
         ("mlm", "STS-B", 2): [0.60, 0.62, 0.64], ("crossbert", "STS-B", 2): [0.61, 0.63, 0.65],  # 1 point, std 2: within
         ("mlm", "SST-2", 0): [0.50, 0.60, 0.70], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
         ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
@@ -198,29 +205,45 @@ def test_the_report_says_which_differences_are_beyond_the_seed_spread(tmp_path):
     assert verdict[("last layer - layer 0", "mlm", "SST-2")] == "within noise"  # layer 0 spread 10 points over seeds
     assert verdict[("last layer - layer 0", "crossbert", "SST-2")] == "beyond noise"
     assert verdict[("last layer - layer 0", "mlm", "STS-B")] == "beyond noise"
+    # each p-value is scipy's Welch test of the per-seed scores, and the adjusted ones Benjamini-Hochberg over all six
     row = table[(table["comparison"] == "crossbert - mlm") & (table["task"] == "SST-2")].iloc[0]
-    assert row["diff"] == pytest.approx(20.0) and row["a_seeds"] == row["b_seeds"] == 3
-    assert "**crossbert - mlm**: 1 of 2 differences are larger than the noise (1 within it, 0 without a noise estimate): nano SST-2:linear (+20.00)." in md
-    assert "**last layer - layer 0**: 3 of 4 differences are larger than the noise" in md
+    welch = scipy_stats.ttest_ind([80.0, 81.0, 82.0], [60.0, 61.0, 62.0], equal_var=False)
+    assert row["diff"] == pytest.approx(20.0) and row["a_seeds"] == row["b_seeds"] == 3 and row["p_value"] == pytest.approx(welch.pvalue)
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx(tuple(welch.confidence_interval(0.95)))
+    assert row["test"] == f"{S.WELCH} (3 vs 3)" and row["noise"] == S.SEED_NOISE
+    assert table["p_adjusted"].to_numpy() == pytest.approx(scipy_stats.false_discovery_control(table["p_value"], method="bh"))
+    assert ((table["verdict"] == "beyond noise") == (table["p_adjusted"] <= S.ALPHA)).all()
+    assert "**crossbert - mlm**: 1 of 2 differences are beyond noise (1 within it, 0 untested): nano SST-2:linear (+20.00, adjusted p" in md
+    assert "**last layer - layer 0**: 3 of 4 differences are beyond noise" in md
+    methods = md.split("**Method.**")[1].split("\n")[0]
+    assert "Welch t-test over seeds" in methods and "Benjamini-Hochberg over the 6 tested comparisons" in methods
+    assert "false-discovery rate 0.05" in methods and "a true difference of 2 standard deviations: with 3 seeds per side it is called in" in methods
 
 
-def test_with_one_seed_the_bootstrap_interval_is_the_noise(tmp_path):
+def test_with_one_seed_two_models_are_not_tested_against_each_other(tmp_path):
+    """One seed per objective: the difference mixes the objective with the seed, and nothing measured covers the seed.
+    The separate bootstrap intervals (evaluation noise) do not stand in for it."""
+    from crossbert_eval.report import UNTESTED
+
     cells = {("mlm", "SST-2", 2): [0.60], ("crossbert", "SST-2", 2): [0.64], ("mlm", "STS-B", 2): [0.60], ("crossbert", "STS-B", 2): [0.70]}
-    ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),  # overlap: within
+    ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),
           ("mlm", "STS-B", 2): (0.58, 0.62), ("crossbert", "STS-B", 2): (0.68, 0.72)}  # fmt: skip
-    build_report(_noise_store(tmp_path, cells, ci))
+    md = build_report(_noise_store(tmp_path, cells, ci)).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
-    objectives = table[table["comparison"] == "crossbert - mlm"].set_index("task")
-    assert objectives.loc["SST-2", "verdict"] == "within noise" and objectives.loc["STS-B", "verdict"] == "beyond noise"
-    assert set(objectives["noise"]) == {"bootstrap 95% interval (1 seed)"}
+    objectives = table[table["comparison"] == "crossbert - mlm"]
+    assert (objectives["verdict"] == "unknown").all() and set(objectives["noise"]) == {UNTESTED["models"]}
+    assert objectives["p_value"].isna().all() and objectives["test"].eq("none").all()
+    assert "**crossbert - mlm**: 0 of 2 differences are beyond noise (0 within it, 2 untested)." in md
     scores = pd.read_csv(tmp_path / "tables" / "scores.csv")
-    assert scores["score_ci_low"].notna().all()
+    assert scores["score_ci_low"].notna().all()  # the intervals stay, as error bars
 
 
-def test_with_one_seed_and_kept_predictions_the_paired_interval_decides(tmp_path):
+def test_with_one_seed_two_layers_of_one_model_are_compared_paired_and_labelled_evaluation_noise(tmp_path):
     """The last layer fixes 30 of layer 0's 260 errors on 872 examples: the two bootstrap intervals overlap,
-    the paired interval of the difference excludes 0. Without kept predictions the overlap test stands."""
-    from crossbert_eval.probes import BOOTSTRAP_CI, bootstrap_ci
+    the paired bootstrap of the difference excludes 0. Without kept predictions there is no test."""
+    from crossbert_eval import stats as S
+    from crossbert_eval.probes import bootstrap_ci
+    from crossbert_eval.report import UNTESTED
     from crossbert_eval.results import ResultsStore
 
     rng = np.random.default_rng(0)
@@ -241,19 +264,48 @@ def test_with_one_seed_and_kept_predictions_the_paired_interval_decides(tmp_path
         if row["model_fingerprint"].startswith("mlm"):  # crossbert's predictions were not kept (an older store)
             store.save_predictions(row["unit"], y, kept[("mlm", row["layer"])])
     _write_jsonl(root / "results" / "results.jsonl", rows)
-    build_report(root)
+    md = build_report(root).read_text()
     table = pd.read_csv(root / "tables" / "comparisons.csv").set_index(["comparison", "objective"])
     paired = table.loc[("last layer - layer 0", "mlm")]
-    assert paired["verdict"] == "beyond noise" and paired["noise"].startswith("paired bootstrap")
+    assert paired["verdict"] == "beyond noise" and paired["test"] == S.PAIRED and paired["noise"] == S.EVALUATION_NOISE
     assert paired["diff"] == pytest.approx(100 * 30 / 872)
     assert 0 < paired["diff_ci_low"] < paired["diff"] < paired["diff_ci_high"]
+    assert paired["p_adjusted"] == paired["p_value"] < S.ALPHA  # the only test of this report: a family of one
     unpaired = table.loc[("last layer - layer 0", "crossbert")]
-    assert unpaired["verdict"] == "within noise" and unpaired["noise"] == f"bootstrap {BOOTSTRAP_CI:.0%} interval (1 seed)"
-    assert np.isnan(unpaired["diff_ci_low"])
+    assert unpaired["verdict"] == "unknown" and unpaired["noise"] == UNTESTED["predictions"] and np.isnan(unpaired["diff_ci_low"])
+    assert "(+3.44, adjusted p 0.002) [evaluation noise only]" in md
+
+
+def test_the_reference_objective_comes_from_the_sweep_config(tmp_path):
+    from crossbert_eval.report import reference_objective
+
+    assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}]}) == "mlm15"  # the first listed
+    assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}], "reference_objective": "crossbert_cms"}) == "crossbert_cms"
+    assert reference_objective({}) is None
+    cells = {(objective, "SST-2", 2): [0.6, 0.61, 0.62] for objective in ("mlm15", "crossbert_cms", "crossbert_nocms")}
+    sweep = {"objectives": [{"name": o} for o in ("mlm15", "crossbert_cms", "crossbert_nocms")], "reference_objective": "crossbert_cms"}
+    build_report(_noise_store(tmp_path, cells, sweep=sweep))
+    table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
+    assert set(table["comparison"]) == {"crossbert_nocms - crossbert_cms", "mlm15 - crossbert_cms"}
+
+
+def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_ones(tmp_path):
+    cells = {(objective, "STS-B", 2): [0.6, 0.61, 0.62] for objective in ("mlm", "crossbert")}
+    root = _noise_store(tmp_path, cells)
+    rows = [json.loads(line) for line in (root / "results" / "results.jsonl").read_text().splitlines()]
+    centred = [{**r, "feature_transform": "centred", "value": r["value"] + 0.1} for r in rows]
+    _write_jsonl(root / "results" / "results.jsonl", [{**r, "feature_transform": "raw"} for r in rows] + centred)
+    md = build_report(root).read_text()
+    sizes = pd.read_csv(root / "tables" / "summary_by_size.csv").set_index("objective")
+    assert sizes.loc["mlm", "STS-B:linear"] == pytest.approx(61.0) and sizes.loc["mlm", "STS-B:linear (centred)"] == pytest.approx(71.0)
+    columns = list(sizes.columns)
+    assert columns.index("STS-B:linear (centred)") == columns.index("STS-B:linear") + 1  # side by side
+    assert set(pd.read_csv(root / "tables" / "comparisons.csv")["probe"]) == {"linear", "linear (centred)"}
+    assert "STS-B:linear (centred)" in md
 
 
 def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_root):
-    metrics = ("effective_rank", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_normalised")
+    from crossbert_eval.geometry import METRICS as metrics
 
     def add_geometry(rows):
         geo = []
@@ -269,10 +321,16 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
     geometry = pd.read_csv(sweep_root / "tables" / "geometry.csv")
     assert len(geometry) == len(metrics) * 2 * 2  # metrics x objectives x sizes
     row = geometry[(geometry["objective"] == "mlm") & (geometry["size"] == "tiny") & (geometry["metric"] == "anisotropy")].iloc[0]
-    assert row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean([2.0 + 4 + 0.1 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))
+    assert row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean([1.0 + metrics.index("anisotropy") + 4 + 0.1 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))
     for name in ("geometry_depth", "geometry_size"):
         assert (sweep_root / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in md
     assert "## Representation geometry" in md
+    # RankMe and dataset entropy of raw and centred features side by side, seed means
+    side_by_side = R.centring_table(geometry).set_index(["task", "objective", "size"])
+    assert list(side_by_side.columns) == ["dataset_entropy", "dataset_entropy_centred", "effective_rank", "effective_rank_centred"]
+    means = geometry.set_index(["task", "objective", "size", "metric"])["mean"]
+    assert side_by_side.loc[("SST-2", "mlm", "tiny"), "effective_rank_centred"] == means[("SST-2", "mlm", "tiny", "effective_rank_centred")]
+    assert "Raw and mean-centred features side by side" in md
 
 
 def _loss_curve(objective: str, tokens_per_nat: float, seed: int = 0) -> list[dict]:
@@ -317,6 +375,8 @@ def _rewrite_checkpoints(root: Path, edit) -> None:
 
 
 def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdict(tmp_path):
+    from crossbert_eval import stats as S
+
     cells = {
         ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # beyond noise, were both off
         ("mlm", "STS-B", 2): [0.60, 0.61, 0.62], ("crossbert", "STS-B", 2): [0.80, 0.81, 0.82],
@@ -345,7 +405,9 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     assert involving[involving["comparison"] == "crossbert - mlm"]["diff"].tolist() == pytest.approx([20.0, 20.0])
     others = table[table["objective"] == "mlm"]
     assert len(others) == 2 and (others["verdict"] == "beyond noise").all()  # runs off the plateau keep their verdicts
-    assert "**crossbert - mlm**: 0 of 2 differences are larger than the noise (0 within it, 0 without a noise estimate, " \
+    assert involving["p_adjusted"].isna().all() and involving["p_value"].notna().all()  # tested, but left out of the family
+    assert (others["p_adjusted"] == S.adjusted(others["p_value"].to_numpy())).all()  # the family: the comparable two
+    assert "**crossbert - mlm**: 0 of 2 differences are beyond noise (0 within it, 0 untested, " \
            "2 not comparable: a run on the unigram plateau)." in md
     assert "## The unigram plateau" in md
     assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md

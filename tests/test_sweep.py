@@ -117,6 +117,21 @@ def test_overrides_reach_into_the_free_form_train_section():
     assert {r.train.optim.lr for r in runs if r.size == "tiny"} == {7e-4}  # size_overrides win over the shared section
 
 
+def test_the_reference_objective_must_be_one_of_the_sweeps_objectives():
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["reference_objective=crossbert"])
+    assert plan_runs(cfg) and "reference_objective: crossbert" in dump_yaml(cfg)  # the report reads it from sweep.yaml
+    assert load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml").reference_objective is None  # the first listed
+    bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["reference_objective=bert"])
+    with pytest.raises(ConfigError, match=r"sweep field 'reference_objective': expected one of the objectives \(mlm, crossbert\), got 'bert'"):
+        plan_runs(bad)
+
+
+def test_probe_settings_are_checked_before_any_run_trains():
+    bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["feature_transforms=[raw, centered]"])
+    with pytest.raises(ConfigError, match="feature_transforms.*expected one or more of raw, centred, whitened"):
+        plan_runs(bad)
+
+
 class _TokenizerOfSize:
     """Stands in for the trained WordPiece: the vocabulary size and special ids the trainer reads."""
 
