@@ -7,7 +7,9 @@
     crossbert tasks                            the task files and whether their data is present
     crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online);
                                                --benchmark "MTEB(eng, v2)": what of mteb's benchmark runs here
-    crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report
+    crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report; started
+                                               again (here or on machines sharing the folder), workers split it
+    crossbert sweep CONFIG --submitit          a cluster job per run through submitit (SLURM; submitit.* keys)
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
     crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
     crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
@@ -157,7 +159,7 @@ def _sweep(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
     from crossbert_eval.sweep import SweepConfig, run_sweep
 
-    root = run_sweep(load_config(SweepConfig, args.config, args.overrides))
+    root = run_sweep(load_config(SweepConfig, args.config, args.overrides), submit=args.submitit)
     print(f"report: {root / 'report.md'}")
 
 
@@ -287,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="a scale sweep: train every (objective, size, seed), probe every checkpoint, report")
     p.add_argument("config", help="YAML sweep config (see configs/sweep/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. budget_tokens=500000 sizes=[nano,tiny]")
+    p.add_argument("--submitit", action="store_true",
+                   help="submit a job per run through submitit (SLURM where sbatch is found; shape from the config's "
+                        "submitit section, e.g. submitit.partition=learn submitit.gpus_per_node=1)")  # fmt: skip
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")
@@ -327,7 +332,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     debug = debug_requested(argv)
     configure_logging(debug)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may follow an option (`sweep CONFIG --submitit submitit.partition=learn`), where
+    # argparse leaves them over: they are the command's overrides all the same
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     with exit_on_user_error(f"crossbert {args.command}", debug):
         args.func(args)
 

@@ -8,10 +8,10 @@
     store.done(unit_key)                   # was this (model, task, layer, pooling, probe, protocol) finished?
     df = store.dataframe()                 # pandas
 
-Several processes may share one store (two `crossbert probe` runs, a sweep and a probe). Claims are
-files under `claims/`, one per unit in progress, taken and dropped under an exclusive lock on the
-store (`.store.lock`), so each unit is computed and written once. A claim whose process died (same
-host, pid gone) or that is older than the claim timeout is stale and is taken over. Beside each probe
+Several processes may share one store (two `crossbert probe` runs, a sweep and a probe). Claims
+(crossbert_model.claims) are files under `claims/`, one per unit in progress, taken and dropped under an
+exclusive lock on the store (`.store.lock`), so each unit is computed and written once. A claim whose
+process died (same host, pid gone) or that is older than the claim timeout is stale and is taken over. Beside each probe
 unit's rows its labels and predictions are kept (`predictions/<unit>.npz`) for paired comparisons.
 
 Rows are appended by crossbert_model.utils.append_jsonl (one locked, fsync'ed write; a torn tail left
@@ -20,26 +20,22 @@ by a killed writer is cut off first), so the file always parses.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
-import socket
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
+from crossbert_model.claims import BUSY, CLAIMED, DONE, Claims, timestamp  # noqa: F401  (claim() outcomes, re-exported)
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import (
     append_jsonl,
     atomic_path,
     atomic_write_text,
-    exclusive_lock,
     provenance,
     read_jsonl,
     stable_hash,
@@ -55,11 +51,6 @@ CLAIMS_DIR = "claims"
 LOCK_FILE = ".store.lock"
 CLAIM_TIMEOUT_S = 6 * 3600  # a unit takes minutes; a claim this old belongs to a hung or lost run
 
-# claim() outcomes
-CLAIMED = "claimed"  # ours now: compute it
-DONE = "done"  # its rows are in the store
-BUSY = "busy"  # a live process is computing it
-
 
 def unit_key(**fields) -> str:
     """Identity of one unit of work; rows carry it so reruns can skip what is complete."""
@@ -71,10 +62,10 @@ class ResultsStore:
         self.folder = Path(folder)
         self.path = self.folder / RESULTS_FILE
         self.claims = self.folder / CLAIMS_DIR
-        self.claim_timeout = claim_timeout
+        # the claims share the store's lock: a claim and the check that its unit is not done are one step
+        self._claims = Claims(self.claims, self.folder / LOCK_FILE, claim_timeout)
         self._done: set[str] = set()
         self._seen: tuple[int, int] | None = None  # (inode, bytes) of the results file read into _done
-        self.last_owner: dict | None = None  # who holds the unit of the last BUSY claim (for the log)
 
     # -- predictions -------------------------------------------------------------------------------
 
@@ -132,42 +123,18 @@ class ResultsStore:
 
     # -- claims ------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Exclusive lock on the store: claims and the done-check-then-append are atomic across processes."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(self.folder / LOCK_FILE):
-            yield
-
     def claim(self, key: str) -> str:
         """CLAIMED (compute it), DONE (already in the store) or BUSY (a live process holds it)."""
-        with self._locked():
-            if self.done(key):
-                return DONE
-            path = self.claims / f"{key}.json"
-            owner = _read_claim(path)
-            if owner and not _is_ours(owner) and not self._stale(owner):
-                self.last_owner = owner
-                return BUSY
-            if owner and not _is_ours(owner):
-                log.warning("taking over the stale claim of unit %s (pid %s on %s since %s)", key, owner.get("pid"),
-                            owner.get("host"), owner.get("time"))  # fmt: skip
-            self.claims.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps({**_me(), "unit": key, "since": time.time(), "time": _now()}))
-            return CLAIMED
+        return self._claims.claim(key, is_done=lambda: self.done(key))
 
     def release(self, key: str) -> None:
         """Drop our claim of a unit (done or failed); another process's claim is left alone."""
-        with self._locked():
-            path = self.claims / f"{key}.json"
-            owner = _read_claim(path)
-            if owner and _is_ours(owner):
-                path.unlink(missing_ok=True)
+        self._claims.release(key)
 
-    def _stale(self, owner: dict) -> bool:
-        if time.time() - float(owner.get("since", 0)) > self.claim_timeout:
-            return True
-        return owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", -1)))
+    @property
+    def last_owner(self) -> dict | None:
+        """Who holds the unit of the last BUSY claim (for the log)."""
+        return self._claims.last_owner
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -176,13 +143,13 @@ class ResultsStore:
         rows of a unit that is already in the store are dropped, so no unit is ever written twice."""
         if not rows:
             return []
-        with self._locked():
+        with self._claims.locked():
             self._refresh_done()
             fresh = [r for r in rows if r.get("unit") not in self._done]
             dropped = {r["unit"] for r in rows if r.get("unit") in self._done}
             if dropped:
                 log.warning("%d unit(s) already in %s, not written again: %s", len(dropped), self.path, ", ".join(sorted(dropped)))  # fmt: skip
-            stamp = {**_row_provenance(), "timestamp": _now()}
+            stamp = {**_row_provenance(), "timestamp": timestamp()}
             append_jsonl(self.path, [{**r, **stamp} for r in fresh], default=_json_default)
             self._refresh_done()
         return fresh
@@ -191,7 +158,7 @@ class ResultsStore:
         """Drop the rows of these units (a forced rerun replaces them)."""
         if not keys:
             return
-        with self._locked():
+        with self._claims.locked():
             if not self.path.exists():
                 return
             kept = [r for r in read_jsonl(self.path) if r.get("unit") not in keys]
@@ -237,39 +204,6 @@ def duplicate_units(rows: list[dict]) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------------------
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def _me() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname()}
-
-
-def _is_ours(owner: dict) -> bool:
-    return owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
-
-
-def _read_claim(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):  # unreadable claim: treat as stale rather than block the unit forever
-        return {"pid": -1, "host": socket.gethostname(), "since": 0}
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def _json_default(obj):

@@ -7,7 +7,15 @@ Order: runs are sorted by training cost, and each run is probed (final checkpoin
 earlier ones) as soon as it is trained, so partial results are useful early. Everything is resumable:
 a run's training resumes from its latest checkpoint, probe and mteb units already in the results
 store are skipped, and tables / plots / report are rebuilt from the store as runs finish (every report_every_s) and at the end.
-Under torchrun all ranks train; rank 0 alone probes, after the last run is trained.
+
+Every `crossbert sweep` process is a worker: started several times on one sweep (one machine, or many
+sharing its filesystem), the processes split its runs. A worker claims a run (crossbert_model.claims:
+`claims/<run>.json`, renewed by a heartbeat) before training and probing it, skips runs other live
+workers hold, takes over the run of a worker that died (its training resumes from the latest checkpoint),
+records the run in `completed.jsonl` when done, and waits while others hold the remaining runs; the
+report is rebuilt at the end by each worker unless its inputs are unchanged since the last rebuild.
+`crossbert_eval.launcher` submits one cluster job per run through submitit instead.
+Under torchrun all ranks train every run (no claims); rank 0 alone probes, after the last run is trained.
 """
 
 from __future__ import annotations
@@ -21,12 +29,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config
+from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints
+from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.config import parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
 from crossbert_model.train import TrainConfig, model_config_from_args, unigram_entropies_for_run, validate_config
-from crossbert_model.utils import append_jsonl, atomic_write_json, atomic_write_text, data_root, provenance, read_jsonl, set_offline_env
+from crossbert_model.utils import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    data_root,
+    exclusive_lock,
+    provenance,
+    read_jsonl,
+    set_offline_env,
+    stable_hash,
+)
 
 from .report import UNIGRAM_FILE
 
@@ -44,6 +63,24 @@ class ObjectiveSpec:
     # nested TrainConfig overrides of this objective's runs, after the sweep's `train` and `size_overrides`:
     # its own learning rate ({optim: {lr: 4.0e-3}}), compilation ({compile: true}), ...
     train: dict = field(default_factory=dict)
+
+
+@dataclass
+class SubmititArgs:
+    """Where `crossbert sweep CONFIG --submitit` sends its runs (crossbert_eval.launcher): one job per run
+    (train + probe) through submitit's AutoExecutor, for SLURM; `cluster: local` runs the jobs as processes
+    of this machine (all at once: for tests and debugging)."""
+
+    cluster: str | None = None  # None: SLURM where `sbatch` is found, else local; or "slurm" | "local" | "debug"
+    folder: str | None = None  # job scripts, pickles and logs; default <sweep>/submitit
+    partition: str | None = None  # SLURM partition
+    timeout_min: int = 24 * 60  # per job; a job timed out (or pre-empted) is requeued and resumes its run
+    cpus_per_task: int | None = None
+    gpus_per_node: int = 0
+    mem_gb: float | None = None
+    max_parallel: int | None = None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
+    slurm: dict = field(default_factory=dict)  # further submitit SLURM parameters: {account: x, qos: y, constraint: z}
+    wait: bool = True  # wait for the jobs, then rebuild the report (the last job rebuilds it as well)
 
 
 @dataclass
@@ -82,6 +119,12 @@ class SweepConfig:
     # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
     report_every_s: float = 300.0
     data_root: str | None = None
+    # Workers (see the module docstring): a run claimed on another host is taken over once its claim has not
+    # been renewed for claim_lease_s (its worker renews it every tenth of that); on this host as soon as its
+    # process is gone. A worker whose remaining runs are all held by others looks again every worker_poll_s.
+    claim_lease_s: float = 600.0
+    worker_poll_s: float = 30.0
+    submitit: SubmititArgs = field(default_factory=SubmititArgs)
 
     @property
     def root(self) -> Path:
@@ -114,6 +157,9 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
         raise ConfigError(f"sweep field 'reference_objective': expected one of the objectives ({', '.join(names)}), "
                           f"got {cfg.reference_objective!r}")  # fmt: skip
     _check_probe_settings(cfg)
+    for name in ("claim_lease_s", "worker_poll_s"):
+        if not getattr(cfg, name) > 0:
+            raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {getattr(cfg, name)!r}")
     runs = []
     for size in cfg.sizes:
         for obj in cfg.objectives:
@@ -149,6 +195,22 @@ def _check_probe_settings(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep fields 'probes' / 'poolings' / 'max_probe_train' / 'feature_transforms': {e}") from None
 
 
+# Sweep fields that do not change what a run's probes compute: a run recorded complete stays complete
+# when they change (training is judged by the run's final checkpoint, not by this).
+NOT_PROBING_FIELDS = {
+    "name", "out_dir", "sizes", "objectives", "seeds", "budget", "budget_tokens", "budget_flops", "checkpoint_fractions",
+    "train", "size_overrides", "batch_size", "report_every_s", "data_root", "claim_lease_s", "worker_poll_s", "submitit",
+    "reference_objective",
+}  # fmt: skip
+
+
+def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
+    """What `run` was probed for: the sweep's probe settings and the run's probed checkpoints. A run recorded
+    complete under another signature (a probe task added since) is probed again; done units are skipped."""
+    probing = {k: v for k, v in to_dict(cfg).items() if k not in NOT_PROBING_FIELDS}
+    return stable_hash({**probing, "steps": run.train.steps, "checkpoint_steps": run.train.checkpoint_steps})
+
+
 def planned_flops_per_token(tc: TrainConfig) -> float:
     """Training FLOPs per corpus token of the model `tc` trains: the trainer's own model-args translation,
     so shape overrides (hidden_size, mlp_type, ...) count; the vocabulary is data.vocab_size."""
@@ -166,6 +228,8 @@ class Sweep:
         self.rank = int(os.environ.get("RANK", "0"))
         self.results_dir = self.root / "results"
         self.checkpoints_file = self.root / "checkpoints.jsonl"
+        self.completed_file = self.root / "completed.jsonl"  # a row per run trained and probed (its signature)
+        self.claims = Claims(self.root / "claims", self.root / ".claims.lock", cfg.claim_lease_s)
 
     @contextlib.contextmanager
     def timed(self, stage: str, run: RunSpec | None, **extra):
@@ -264,29 +328,104 @@ class Sweep:
         append_jsonl(self.checkpoints_file, [row])
 
     def report(self) -> None:
+        """Rebuild tables, plots and report from the store, unless their inputs are unchanged since the last
+        rebuild (workers finishing together rebuild once); under a lock, so two workers never write it at once."""
         from crossbert_eval.report import build_report
 
-        with self.timed("report", None):
-            build_report(self.root)
+        stamp = self.root / ".report_inputs.json"
+        self.root.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.root / ".report.lock", waiting="waiting for another worker's report rebuild"):
+            inputs = self._report_inputs()
+            if stamp.exists() and json.loads(stamp.read_text()) == inputs:
+                log.info("sweep %s: report up to date (nothing new since its last rebuild)", self.cfg.name)
+                return
+            with self.timed("report", None):
+                build_report(self.root)
+            atomic_write_json(stamp, inputs)
+
+    def _report_inputs(self) -> dict:
+        """The report's inputs as (inode, size) of its append-only files, taken before a rebuild starts."""
+        files = [self.results_dir / "results.jsonl", self.checkpoints_file, self.completed_file, self.root / UNIGRAM_FILE]
+        return {f.name: [f.stat().st_ino, f.stat().st_size] if f.exists() else None for f in files}
+
+    # -- work: claimed runs ------------------------------------------------------------------------
+
+    def run_named(self, key: str) -> RunSpec:
+        for run in self.runs:
+            if run.key == key:
+                return run
+        raise ConfigError(f"sweep {self.cfg.name}: no run {key!r} in its plan ({', '.join(r.key for r in self.runs)})")
+
+    def is_complete(self, run: RunSpec) -> bool:
+        signature = completion_signature(self.cfg, run)
+        return any(r["run"] == run.key and r["signature"] == signature for r in read_jsonl(self.completed_file))
+
+    def pending(self) -> list[RunSpec]:
+        return [r for r in self.runs if not self.is_complete(r)]
+
+    def work_on(self, run: RunSpec) -> str:
+        """Train and probe `run` under our claim: CLAIMED (done now), DONE (complete already) or BUSY (another
+        live worker holds it). A run whose worker died is taken over; its training resumes from its checkpoint."""
+        status = self.claims.claim(run.key, is_done=lambda: self.is_complete(run))
+        if status != CLAIMED:
+            return status
+        log.info("sweep %s: %s claimed by pid %d (%d of %d runs complete)", self.cfg.name, run.key, os.getpid(),
+                 len(self.runs) - len(self.pending()), len(self.runs))  # fmt: skip
+        with self.claims.held(run.key, heartbeat_s=self.cfg.claim_lease_s / 10):
+            self.train_run(run)
+            self.probe_run(run)
+            # recorded before the claim is dropped: no other worker can find it neither held nor complete
+            row = {"run": run.key, "signature": completion_signature(self.cfg, run), **this_process(), "time": timestamp()}
+            append_jsonl(self.completed_file, [row])
+        return CLAIMED
+
+    def work(self) -> None:
+        """Take runs in plan order until every one is complete: the free ones first, then (after waiting
+        worker_poll_s) those of workers that died meanwhile. Rebuilds the report every report_every_s."""
+        last_report = time.monotonic()
+        while pending := self.pending():
+            worked = False
+            for run in pending:
+                if self.work_on(run) != CLAIMED:
+                    continue
+                worked = True
+                if not self.pending():
+                    break  # the last run: the report follows
+                if time.monotonic() - last_report >= self.cfg.report_every_s:
+                    self.report()
+                    last_report = time.monotonic()
+            if not worked:
+                self.wait_for_others(pending)
+
+    def wait_for_others(self, pending: list[RunSpec]) -> None:
+        """Sleep worker_poll_s, saying who holds the runs waited for."""
+        held = []
+        for run in pending:
+            owner = self.claims.owner(run.key) or {}
+            held.append(f"{run.key} (pid {owner.get('pid')} on {owner.get('host')})")
+        log.info("sweep %s: %d run(s) held by other workers, looking again in %.0f s: %s", self.cfg.name, len(held),
+                 self.cfg.worker_poll_s, ", ".join(held))  # fmt: skip
+        time.sleep(self.cfg.worker_poll_s)
 
     def run(self) -> Path:
         self.write_manifest()
-        distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        last_report = time.monotonic()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            return self._run_distributed()
+        self.work()
+        self.report()
+        log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
+        return self.root
+
+    def _run_distributed(self) -> Path:
+        """Under torchrun: every rank trains every run (no claims: the ranks are one worker); rank 0 probes."""
         for i, run in enumerate(self.runs, 1):
             log.info("sweep %s: run %d/%d %s", self.cfg.name, i, len(self.runs), run.key)
             self.train_run(run)
-            if not distributed:
-                self.probe_run(run)
-                if i == len(self.runs) or time.monotonic() - last_report >= self.cfg.report_every_s:
-                    self.report()
-                    last_report = time.monotonic()
-        if distributed:
-            if self.rank:
-                return self.root
-            for run in self.runs:
-                self.probe_run(run)
-            self.report()
+        if self.rank:
+            return self.root
+        for run in self.runs:
+            self.probe_run(run)
+        self.report()
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
 
@@ -328,9 +467,14 @@ def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None
     )
 
 
-def run_sweep(cfg: SweepConfig) -> Path:
+def run_sweep(cfg: SweepConfig, submit: bool = False) -> Path:
+    """Work on the sweep in this process, or (`submit`) submit a cluster job per run (crossbert_eval.launcher)."""
     set_offline_env()
     cfg.data_root = str(data_root(cfg.data_root))  # resolved once: probes and every run's training read this root
+    if submit:
+        from crossbert_eval.launcher import submit_sweep
+
+        return submit_sweep(cfg)
     return Sweep(cfg).run()
 
 

@@ -339,11 +339,17 @@ def prepare_tokenizer(args: DataArgs):
     if (out / "tokenizer.json").exists():
         log.info("tokenizer: reusing %s", out)
         return load_tokenizer(out)
-    log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
-    def train_docs() -> Iterator[str]:
-        return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
+    # One process trains it; others (sweep workers starting together) wait and reuse it, rather than
+    # replacing the folder while it is being read.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(out.parent / f".{out.name}.lock", waiting=f"waiting for another process that is training {out}"):
+        if not (out / "tokenizer.json").exists():
+            log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
 
-    train_wordpiece(train_docs, args.vocab_size, out)
+            def train_docs() -> Iterator[str]:
+                return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
+
+            train_wordpiece(train_docs, args.vocab_size, out)
     return load_tokenizer(out)
 
 

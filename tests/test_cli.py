@@ -31,6 +31,10 @@ def _train_argv(corpus_args, out_dir: Path, *overrides: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _sweep_argv(out_dir: Path, *options: str) -> list[str]:
+    return ["sweep", str(REPO / "configs/sweep/cpu_small.yaml"), f"out_dir={out_dir / 'runs'}", *options]
+
+
 def _tasks_dir_with(tmp_path: Path, name: str, edit) -> Path:
     """A copy of tasks/ in which the file of task `name` is rewritten by `edit(text) -> text`."""
     folder = tmp_path / "tasks"
@@ -113,6 +117,17 @@ CASES = {
     "non-UTF-8 corpus": (
         lambda t, c: _train_argv(c, t / "runs", f"data.corpus={_bad_utf8_corpus(t)}", f"data.cache_dir={t / 'cache'}"),
         lambda t: {}, ["corpus.txt:3", "UTF-8"]),
+    "sweep: unknown submitit cluster": (
+        lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=sge"), lambda t: {},
+        ["submitit.cluster", "expected one of", "sge"]),
+    "sweep: submitit.timeout_min=0": (
+        lambda t, c: _sweep_argv(t, "--submitit", "submitit.timeout_min=0"), lambda t: {},
+        ["submitit.timeout_min", "expected a positive number", "0"]),
+    "sweep: claim_lease_s=0": (
+        lambda t, c: _sweep_argv(t, "claim_lease_s=0"), lambda t: {}, ["claim_lease_s", "expected a positive number", "0"]),
+    "misspelt SLURM parameter": (
+        lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=local", "submitit.slurm={acount: x}"), lambda t: {},
+        ["sweep section 'submitit'", "acount"]),
     "divergence": (
         lambda t, c: _train_argv(c, t / "runs", "steps=12", "optim.lr=1e4", "optim.warmup_steps=1"), lambda t: {},
         ["optim.lr"]),
@@ -137,7 +152,7 @@ def test_a_mistake_gets_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys,
     assert len(message) == 1 and "Traceback" not in err, err
     for fragment in must_say:
         assert fragment in message[0], message[0]
-    if case.startswith(("steps", "batch_size", "unknown config", "CMS")):  # refused before anything is written
+    if case.startswith(("steps", "batch_size", "unknown config", "CMS", "sweep:")):  # refused before anything is written
         assert not (tmp_path / "runs").exists()
     if case in ("report of a missing folder", "pickle weights", "truncated safetensors"):
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

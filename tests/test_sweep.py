@@ -1,24 +1,31 @@
-"""The sweep: planning by budget, and a killed sweep that resumes to the same final tables."""
+"""The sweep: planning by budget, a killed sweep that resumes to the same final tables, and workers that share
+one sweep (run claims, a worker killed mid-run, runs as submitit jobs)."""
 
+import contextlib
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from crossbert_model.args import ConfigError, dump_yaml, load_config
-from crossbert_model.utils import read_jsonl
+from crossbert_model.args import ConfigError, deep_merge, dump_yaml, load_config
+from crossbert_model.utils import append_jsonl, read_jsonl
 from crossbert_eval.sweep import SweepConfig, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def tiny_sweep(tmp_path: Path, corpus_args, name: str) -> Path:
+def tiny_sweep(tmp_path: Path, corpus_args, name: str, **fields) -> Path:
+    """A sweep of two nano runs (mlm, crossbert) on the test corpus; `fields` replace SweepConfig fields (`train`
+    is merged into the sweep's own train section)."""
     cfg = SweepConfig(
         name=name, out_dir=str(tmp_path), sizes=["nano"], budget_tokens=16 * 8 * 64,
         train={"batch_size": 8, "eval_every": 8, "eval_sequences": 16, "dtype": "fp32", "num_threads": 1,
@@ -28,6 +35,7 @@ def tiny_sweep(tmp_path: Path, corpus_args, name: str) -> Path:
                "optim": {"warmup_steps": 4}},
         probe_tasks=["SST-2", "STS-B"], max_probe_train=400, mteb_tasks=["STS16"], mteb_layers="all",
     )  # fmt: skip
+    cfg = dataclasses.replace(cfg, **{**fields, "train": deep_merge(cfg.train, fields.get("train", {}))})
     path = tmp_path / f"{name}.yaml"
     path.write_text(dump_yaml(cfg))
     return path
@@ -237,3 +245,213 @@ def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_fi
     assert row["unigram_entropy"] == pytest.approx(recorded["unigram_entropy_r50"], rel=1e-12)
     assert row["margin"] == pytest.approx(recorded["unigram_entropy_r50"] - recorded["shared_loss_r50"])
     assert row["off_plateau"] in ("yes", "no")  # known, no longer "unknown"
+
+
+# ------------------------------------------------------------------------------------------------
+# Workers: several processes on one sweep, and its runs as submitit jobs
+# ------------------------------------------------------------------------------------------------
+
+RUNS_OF_TINY_SWEEP = {"mlm-nano-s0", "crossbert-nano-s0"}
+WORKER_STEPS = 48
+
+
+def worker_sweep(tmp_path: Path, corpus_args, name: str) -> Path:
+    """The tiny sweep for workers: runs of 48 steps with a resume point every 12 (so a kill can land between
+    two), every step logged; RTE probes on the final checkpoint, no geometry or mteb (claims are the subject)."""
+    return tiny_sweep(tmp_path, corpus_args, name, budget_tokens=WORKER_STEPS * 8 * 64, checkpoint_fractions=[1.0],
+                      probe_tasks=["RTE"], geometry_tasks=[], mteb_tasks=[], worker_poll_s=1.0, report_every_s=3600.0,
+                      train={"log_every": 1})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_worker_sweep(tmp_path_factory, corpus_args, corpus) -> Path:
+    """The worker sweep done by one process: what several workers must reproduce."""
+    tmp = tmp_path_factory.mktemp("one-worker")
+    assert _run(worker_sweep(tmp, corpus_args, "one"), stderr=subprocess.DEVNULL).wait(timeout=900) == 0
+    return tmp / "one"
+
+
+def _worker(config: Path, log: Path) -> subprocess.Popen:
+    return _run(config, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+
+
+def _trained(log: Path) -> Counter:
+    """Runs a worker started (or resumed) training, from its log."""
+    return Counter(re.findall(r"sweep \S+: training (\S+) \(", log.read_text()))
+
+
+def _assert_every_step_once_and_nothing_lost(root: Path, reference: Path) -> None:
+    from crossbert_model.checkpoint import list_checkpoints
+    from crossbert_eval.results import duplicate_units
+
+    for run in RUNS_OF_TINY_SWEEP:
+        steps = [r["step"] for r in read_jsonl(root / "runs" / run / "metrics.jsonl") if "loss" in r]
+        assert steps == list(range(1, WORKER_STEPS + 1)), (run, steps)  # each step once, in order
+        assert WORKER_STEPS in [s for s, _ in list_checkpoints(root / "runs" / run)], run
+    assert not duplicate_units(read_jsonl(root / "results" / "results.jsonl"))  # no probe unit computed twice
+    assert {r["run"] for r in read_jsonl(root / "completed.jsonl")} == RUNS_OF_TINY_SWEEP
+    assert not list((root / "claims").glob("*.json"))  # every claim released
+    pd.testing.assert_frame_equal(_final_scores(root), _final_scores(reference))
+    assert "## Final checkpoints by size" in (root / "report.md").read_text()
+
+
+@pytest.mark.slow  # three tiny sweeps' worth of work (the one-worker reference included): minutes on 2 cores
+def test_two_workers_on_one_sweep_train_each_run_once_and_give_one_workers_tables(tmp_path, corpus_args, one_worker_sweep):
+    config = worker_sweep(tmp_path, corpus_args, "two")
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    workers = [_worker(config, log) for log in logs]
+    assert [w.wait(timeout=900) for w in workers] == [0, 0], [log.read_text()[-3000:] for log in logs]
+    trained = [_trained(log) for log in logs]
+    assert sum(trained, Counter()) == dict.fromkeys(RUNS_OF_TINY_SWEEP, 1), trained  # each run trained once, by one worker
+    assert all(trained), trained  # the two shared the sweep
+    _assert_every_step_once_and_nothing_lost(tmp_path / "two", one_worker_sweep)
+
+
+def _worker_mid_training(root: Path, workers: list[subprocess.Popen]) -> tuple[subprocess.Popen, str]:
+    """A worker and the run it holds, once that run has a resume point and no final checkpoint yet."""
+    from crossbert_model.checkpoint import list_checkpoints
+
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        for claim in (root / "claims").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):  # a claim renamed into place as we read
+                owner = json.loads(claim.read_text())
+                steps = [s for s, _ in list_checkpoints(root / "runs" / claim.stem)]
+                worker = next((w for w in workers if w.pid == owner["pid"]), None)
+                if worker and steps and WORKER_STEPS not in steps:
+                    return worker, claim.stem
+        assert all(w.poll() is None for w in workers), "a worker ended before one could be killed mid-run"
+        time.sleep(0.05)
+    pytest.fail("no worker was ever seen between two checkpoints of its run")
+
+
+@pytest.mark.slow  # as above
+def test_a_worker_killed_mid_run_leaves_its_run_to_the_other_which_resumes_it(tmp_path, corpus_args, one_worker_sweep):
+    config = worker_sweep(tmp_path, corpus_args, "killed")
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    workers = [_worker(config, log) for log in logs]
+    victim, run = _worker_mid_training(tmp_path / "killed", workers)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    (survivor,) = [w for w in workers if w is not victim]
+    survivor_log = logs[workers.index(survivor)]
+    assert survivor.wait(timeout=900) == 0, survivor_log.read_text()[-3000:]
+    # the survivor took the dead worker's run over and continued it from its latest resume point
+    assert re.search(rf"taking over the stale claim of {run} \(pid {victim.pid} ", survivor_log.read_text())
+    resumed = re.search(rf"resumed \S+/{run} from \S+ \(step (\d+) of {WORKER_STEPS}\)", survivor_log.read_text())
+    assert resumed and int(resumed.group(1)) > 0, survivor_log.read_text()[-3000:]
+    _assert_every_step_once_and_nothing_lost(tmp_path / "killed", one_worker_sweep)
+
+
+@pytest.mark.slow  # one run trained and probed in a submitit job: about a minute on 2 cores
+def test_a_run_launched_through_submitits_local_executor_lands_in_the_store(tmp_path, corpus_args, one_worker_sweep, monkeypatch):
+    from crossbert_eval.sweep import run_sweep
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the job's process imports this checkout
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    only_mlm = "objectives=[{name: mlm, objective: mlm, mask_ratio: 0.15}]"
+    cfg = load_config(SweepConfig, worker_sweep(tmp_path, corpus_args, "jobs"), [only_mlm, "submitit.cluster=local"])
+    root = run_sweep(cfg, submit=True)
+    (job_log,) = (root / "submitit").rglob("*_log.err")
+    assert "sweep jobs: training mlm-nano-s0 (48 steps)" in job_log.read_text()  # trained in the job, not here
+    assert [r["run"] for r in read_jsonl(root / "completed.jsonl")] == ["mlm-nano-s0"]
+    reference = _final_scores(one_worker_sweep)
+    pd.testing.assert_frame_equal(_final_scores(root), reference[reference.run == "mlm-nano-s0"].reset_index(drop=True))
+
+
+# -- claims without training: the worker's decisions on a plan whose runs are stubs ---------------
+
+
+def _stub_sweep(tmp_path: Path, monkeypatch, *overrides: str):
+    """The main job's plan (12 runs) in tmp_path, with training, probing and the report replaced by a log of calls."""
+    from crossbert_eval.sweep import Sweep
+
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", *overrides])
+    sweep, calls = Sweep(cfg), []
+    monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
+    monkeypatch.setattr(sweep, "probe_run", lambda run: calls.append(("probe", run.key)))
+    monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
+    return sweep, calls
+
+
+def _claim_by(sweep, key: str, pid: int, host: str, renewed_s_ago: float = 0.0) -> None:
+    """Another process's claim of a run, as its Claims would have written it."""
+    sweep.claims.folder.mkdir(parents=True, exist_ok=True)
+    when = time.time() - renewed_s_ago
+    (sweep.claims.folder / f"{key}.json").write_text(json.dumps({"pid": pid, "host": host, "since": when, "heartbeat": when}))
+
+
+def test_a_worker_takes_over_a_dead_workers_run_and_waits_for_a_live_ones(tmp_path, monkeypatch):
+    import socket
+
+    sweep, calls = _stub_sweep(tmp_path, monkeypatch, "worker_poll_s=0.2", "claim_lease_s=1.0")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    first, second = sweep.runs[0].key, sweep.runs[1].key
+    started = time.monotonic()
+    _claim_by(sweep, first, dead.pid, socket.gethostname())  # this host, process gone: taken over at once
+    _claim_by(sweep, second, os.getppid(), "elsewhere")  # another host, renewed just now: left alone until its lease ends
+    sweep.run()
+    trained = [key for call, key in calls if call == "train"]
+    assert trained == [r.key for r in sweep.runs if r.key != second] + [second]  # the live worker's run last
+    assert time.monotonic() - started >= 1.0  # ... after its claim had gone unrenewed for the lease
+    assert not sweep.pending() and not list(sweep.claims.folder.glob("*.json"))
+
+
+def test_a_run_complete_under_other_probe_settings_is_probed_again(tmp_path, monkeypatch):
+    sweep, _ = _stub_sweep(tmp_path, monkeypatch)
+    sweep.run()
+    assert not sweep.pending()
+    # what only schedules or places the work (threads, polling, the report's pace) keeps the runs complete ...
+    same, _ = _stub_sweep(tmp_path, monkeypatch, "train.num_threads=1", "worker_poll_s=5", "report_every_s=1", "batch_size=32")
+    assert not same.pending()
+    # ... a probe task more (or other probed checkpoints) makes every run due again; its done units are skipped
+    more, calls = _stub_sweep(tmp_path, monkeypatch, "probe_tasks=[SST-2,STS-B,MRPC]")
+    assert more.pending() == more.runs
+    more.run()
+    assert [k for c, k in calls if c == "probe"] == [r.key for r in more.runs]
+
+
+def test_workers_finishing_together_rebuild_the_report_once(tmp_path, monkeypatch):
+    import crossbert_eval.report
+    from crossbert_eval.sweep import Sweep
+
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"])
+    builds = []
+    monkeypatch.setattr(crossbert_eval.report, "build_report", lambda root: builds.append(root))
+    first, second = Sweep(cfg), Sweep(cfg)  # two workers
+    first.report()
+    second.report()  # nothing new since the first one's rebuild
+    assert len(builds) == 1
+    append_jsonl(second.results_dir / "results.jsonl", [{"unit": "u", "metric": "m", "value": 1.0}])
+    second.report()
+    assert len(builds) == 2
+
+
+def test_a_held_claim_is_renewed_past_its_lease_and_released_after(tmp_path):
+    from crossbert_model.claims import CLAIMED, Claims
+
+    claims = Claims(tmp_path / "claims", tmp_path / ".lock", timeout_s=0.5)
+    assert claims.claim("run") == CLAIMED
+    with claims.held("run", heartbeat_s=0.1):
+        time.sleep(1.0)
+        seen_elsewhere = {**claims.owner("run"), "host": "elsewhere"}  # as a worker on another host reads it
+        assert not claims.is_stale(seen_elsewhere)  # twice the lease old, but renewed
+    assert claims.owner("run") is None  # released
+    assert claims.claim("run") == CLAIMED
+    time.sleep(0.6)
+    assert claims.is_stale({**claims.owner("run"), "host": "elsewhere"})  # not renewed for the lease
+
+
+def test_a_timed_out_job_drops_its_runs_claim_and_is_requeued(tmp_path):
+    from submitit.helpers import DelayedSubmission
+
+    from crossbert_eval.launcher import RunJob
+    from crossbert_eval.sweep import Sweep
+
+    sweep = Sweep(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"]))
+    key = sweep.runs[0].key
+    sweep.claims.claim(key)
+    requeued = RunJob().checkpoint(sweep.cfg, key)
+    assert isinstance(requeued, DelayedSubmission) and requeued.args == (sweep.cfg, key)
+    assert sweep.claims.owner(key) is None  # the requeued job, wherever it lands, takes the run at once

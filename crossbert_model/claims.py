@@ -1,0 +1,151 @@
+"""Claims: which process is doing a piece of shared work, so that processes sharing a filesystem split
+the work and none does a piece twice.
+
+    claims = Claims(folder / "claims", folder / ".claims.lock", timeout_s=600)
+    if claims.claim(key, is_done=lambda: ...) == CLAIMED:  # not done, and no live process holds it
+        with claims.held(key, heartbeat_s=60):              # renewed while the work runs, released after
+            ...work...
+
+A claim is a file `<key>.json` (pid, host, since, heartbeat), taken, renewed and dropped under an
+exclusive lock (utils.exclusive_lock), so the check "done? held by a live process?" and the take are one
+step. A claim is stale, and taken over, when its process is gone (same host: the pid no longer exists)
+or when it has not been renewed for `timeout_s` (the only sign a process on another host can give:
+it may have died, or its host may be down). Used by the results store (probe units) and by sweeps
+(runs, held by a heartbeat while they train and probe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .utils import atomic_write_text, exclusive_lock
+
+log = logging.getLogger(__name__)
+
+# claim() outcomes
+CLAIMED = "claimed"  # ours now: do it
+DONE = "done"  # already done (is_done said so)
+BUSY = "busy"  # a live process holds it
+
+
+class Claims:
+    def __init__(self, folder: str | os.PathLike, lock_file: str | os.PathLike, timeout_s: float):
+        self.folder = Path(folder)
+        self.lock_file = Path(lock_file)
+        self.timeout_s = timeout_s
+        self.last_owner: dict | None = None  # who holds the key of the last BUSY claim (for the log)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.lock_file):
+            yield
+
+    def claim(self, key: str, is_done: Callable[[], bool] = lambda: False) -> str:
+        """CLAIMED (do it), DONE (`is_done()`, asked under the lock) or BUSY (a live process holds it)."""
+        with self.locked():
+            if is_done():
+                return DONE
+            owner = self.owner(key)
+            if owner and not is_ours(owner) and not self.is_stale(owner):
+                self.last_owner = owner
+                return BUSY
+            if owner and not is_ours(owner):
+                log.warning("taking over the stale claim of %s (pid %s on %s since %s)", key, owner.get("pid"),
+                            owner.get("host"), owner.get("time"))  # fmt: skip
+            now = time.time()
+            self._write(key, {**this_process(), "key": key, "since": now, "heartbeat": now, "time": timestamp()})
+            return CLAIMED
+
+    def release(self, key: str) -> None:
+        """Drop our claim of `key` (done or failed); another process's claim is left alone."""
+        with self.locked():
+            owner = self.owner(key)
+            if owner and is_ours(owner):
+                self._path(key).unlink(missing_ok=True)
+
+    def renew(self, key: str) -> bool:
+        """Renew our claim's heartbeat; False when it is no longer ours (taken over as stale meanwhile)."""
+        with self.locked():
+            owner = self.owner(key)
+            if not (owner and is_ours(owner)):
+                return False
+            self._write(key, {**owner, "heartbeat": time.time()})
+            return True
+
+    @contextlib.contextmanager
+    def held(self, key: str, heartbeat_s: float) -> Iterator[None]:
+        """Run the body under our claim of `key`: renewed every `heartbeat_s` by a thread (processes on other
+        hosts cannot see our pid; a fresh heartbeat tells them we are alive), released when the body ends."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(heartbeat_s):
+                if not self.renew(key):
+                    owner = self.owner(key) or {}
+                    log.error("the claim of %s was taken over by pid %s on %s (this process looked dead for %.0f s): "
+                              "both may now be doing it", key, owner.get("pid"), owner.get("host"), self.timeout_s)  # fmt: skip
+                    return
+
+        thread = threading.Thread(target=beat, name=f"claim-heartbeat-{key}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.release(key)
+
+    def owner(self, key: str) -> dict | None:
+        """The claim file of `key` (None: unclaimed); an unreadable one reads as stale rather than block forever."""
+        try:
+            return json.loads(self._path(key).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {"pid": -1, "host": socket.gethostname(), "since": 0}
+
+    def is_stale(self, owner: dict) -> bool:
+        renewed = max(float(owner.get("since", 0)), float(owner.get("heartbeat", 0)))
+        if time.time() - renewed > self.timeout_s:
+            return True
+        return owner.get("host") == socket.gethostname() and not pid_alive(int(owner.get("pid", -1)))
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def _write(self, key: str, owner: dict) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self._path(key), json.dumps(owner))
+
+
+def this_process() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def is_ours(owner: dict) -> bool:
+    return owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
