@@ -101,6 +101,24 @@ def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path, mode):
     assert double == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in single]
 
 
+def test_a_checkpoint_of_the_earlier_masking_scheme_is_not_resumed(corpus_args, tmp_path):
+    """Masks drawn per row (scheme 2) differ from those one generator drew for the global batch (scheme 1,
+    checkpoints written before the scheme was recorded): resuming such a run is refused with one line that
+    says why and what to do, and the folder is left as it was."""
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=2, eval_every=0, checkpoint_steps=[1])
+    train(cfg)
+    assert json.loads((cfg.run_dir / "run_info.json").read_text())["masking_scheme"] == 2
+    shutil.rmtree(list_checkpoints(cfg.run_dir)[-1][1])  # "killed" before the final checkpoint
+    state_file = list_checkpoints(cfg.run_dir)[-1][1] / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state.pop("masking_scheme") == 2
+    state_file.write_text(json.dumps(state))  # as written before the scheme was recorded
+    with pytest.raises(ConfigError, match=r"step_0000001: its run drew masks with masking scheme 1, this version draws scheme 2 .*"
+                                          r"finish it with the revision that started it .* or start a new run"):
+        train(cfg)
+    assert [s for s, _ in list_checkpoints(cfg.run_dir)] == [1]
+
+
 def evaluated(run_dir: Path) -> list[dict]:
     """The validation metrics (native and shared-protocol) of every evaluated step."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -328,13 +346,13 @@ def test_a_corpus_byte_that_is_not_utf8_is_named_with_file_line_and_offset(tmp_p
 
 
 def test_mlm_corruption_shares_reach_the_model_config_and_the_training_batch(corpus_args):
-    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.masking import RowRandom, pretraining_batch
     from crossbert_model.train import ModelArgs, model_config_from_args
 
     config = model_config_from_args(ModelArgs(mask_ratio=0.5, mlm_mask_prob=1.0, mlm_random_prob=0.0), corpus_args)
     assert (config.mlm_mask_prob, config.mlm_random_prob) == (1.0, 0.0)
     ids = torch.randint(5, 2048, (16, 64))
-    batch = pretraining_batch(ids, torch.ones_like(ids), config, torch.Generator().manual_seed(0))
+    batch = pretraining_batch(ids, torch.ones_like(ids), config, RowRandom(0))
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == config.mask_token_id).all())  # pure masking: no random, no kept
     default = model_config_from_args(ModelArgs(), corpus_args)
