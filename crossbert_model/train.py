@@ -8,7 +8,7 @@ from (seed, step, its index in the global batch) (`masking.RowRandom`), so every
 own rows. Hence resuming from a checkpoint reproduces the uninterrupted run, and N processes reproduce
 one process at the same global batch. The loss is normalised by the number of predicted tokens of the
 global batch, which each process knows without the others' masks (`masking.targets_per_row`), so
-gradient accumulation and DDP give the same update as one big batch.
+gradient accumulation, DDP and FSDP give the same update as one big batch.
 
 Before anything is written the config is validated (each error names its field) and `dtype=auto` is
 resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient norm is non-finite, or
@@ -26,7 +26,6 @@ checkpointed). On the CPU reading costs nothing, so they are read and checked at
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -123,10 +122,15 @@ class TrainConfig:
     distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
     num_threads: int | None = None
     peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
-    # torch.compile the training forward (the saved model is the same). Off by default: on a 2-core CPU it
-    # costs 40-66 s of compilation per model for runs of minutes (bench/cpu_speedups.py), and on GPUs it is
-    # measured by bench/gpu_check.py before it becomes a default there.
+    # torch.compile the training forward (the saved model is the same); under FSDP each block is compiled
+    # on its own. Off by default: on a 2-core CPU it costs 40-66 s of compilation per model for runs of
+    # minutes (bench/cpu_speedups.py), and on GPUs it is measured by bench/gpu_check.py before it becomes
+    # a default there.
     compile: bool = False
+    # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
+    # activation memory for about one more forward of compute, with the same loss and gradients. For
+    # models or batches that do not fit otherwise (large presets, long sequences).
+    activation_checkpointing: bool = False
     # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
     # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
     resume_allow_changes: list[str] = field(default_factory=list)
@@ -148,7 +152,7 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "data.num_workers",
+    "resume_allow_changes", "compile", "activation_checkpointing", "data.num_workers",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
@@ -217,6 +221,10 @@ def _one_of(name: str, value, choices) -> None:
     _require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
 
 
+def _boolean(name: str, value) -> None:
+    _require(isinstance(value, bool), name, "true or false", value)
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
     if cfg.max_tokens is None:
@@ -232,6 +240,8 @@ def validate_config(cfg: TrainConfig) -> None:
     _positive_number("peak_flops", cfg.peak_flops, optional=True)
     _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
+    for name in ("resume", "compile", "activation_checkpointing"):
+        _boolean(name, getattr(cfg, name))
     _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
     _validate_model(cfg.model)
     _validate_data(cfg.data)
@@ -516,11 +526,15 @@ class Trainer:
         self.amp_dtype = torch_autocast_dtype(cfg.dtype)
         torch.manual_seed(cfg.seed)
         model = pretraining_model_for(self.model_config).to(self.env.device)
-        self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock))
+        model.set_activation_checkpointing(cfg.activation_checkpointing)
+        fsdp = self.env.enabled and cfg.distributed == "fsdp"
+        if cfg.compile and fsdp:  # each block on its own: FSDP's gathers and reductions stay outside the graphs
+            D.compile_blocks(model, (Block, PredictorBlock))
+        self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock), param_dtype=self.amp_dtype)
         self.hf_model = D.unwrap(self.model)
         self.optimizer = make_optimizer(self.model, cfg.optim, self.env.device)
         # The module that runs the step: compiled or not, it shares its parameters with self.model.
-        self.step_model = torch.compile(self.model) if cfg.compile else self.model
+        self.step_model = torch.compile(self.model) if cfg.compile and not fsdp else self.model
         # The loss normaliser: the global batch's predicted-token count, which depends on the rows' lengths
         # only (every training sequence is packed to seq_len), so no process needs the others' masks.
         self.global_targets = int(targets_per_row(torch.full((cfg.batch_size,), cfg.data.seq_len), self.model_config).sum())
@@ -652,12 +666,12 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=env.device)
         for i in range(cfg.grad_accum):
             part = to_device(slice_batch(batch, i * micro, (i + 1) * micro), env.device)
-            sync = i == cfg.grad_accum - 1
-            context = self.model.no_sync() if (not sync and hasattr(self.model, "no_sync")) else contextlib.nullcontext()
-            with context, self._autocast():
-                out = self.step_model(**part)
-            # DDP averages gradients over ranks: scale so that the result is sum / global count.
-            (out.loss_sum * (env.world_size / targets)).backward()
+            # Gradients cross processes once per step, after the last micro-batch.
+            with D.gradient_sync(self.model, i == cfg.grad_accum - 1):
+                with self._autocast():
+                    out = self.step_model(**part)
+                # DDP and FSDP average gradients over ranks: scale so that the result is sum / global count.
+                (out.loss_sum * (env.world_size / targets)).backward()
             loss_sum += out.loss_sum.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         loss = D.all_reduce_sum_tensor(env, loss_sum) / targets

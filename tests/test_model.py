@@ -234,3 +234,57 @@ def test_an_untrained_models_shared_loss_is_near_ln_vocab(real_batch, objective)
         with torch.no_grad():
             loss_sum, count = shared_protocol_loss(model, ids, attention, ratio, protocol_generator())
         assert float(loss_sum) / count == pytest.approx(math.log(2048), abs=0.1)
+
+
+# -- activation checkpointing and compilation per block (issue 24 item 4) ---------------------------------------
+
+
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(real_batch, objective):
+    """Blocks that recompute their activations in the backward (torch.utils.checkpoint, non-reentrant)
+    give the loss and every gradient of blocks that keep them, bit for bit on the CPU, and do recompute:
+    each block runs twice per step (a checkpointing that silently did nothing fails here)."""
+    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.model import Block, PredictorBlock
+
+    ids, attention = real_batch
+    model = build(objective, 2048, predictor_layers=2).train()
+    batch = pretraining_batch(ids, attention, model.config, RowRandom(0))
+    blocks = [m for m in model.modules() if isinstance(m, (Block, PredictorBlock))]
+    runs = []  # one entry per block forward, recomputations included
+    for block in blocks:
+        block.attn_norm.register_forward_hook(lambda *_: runs.append(1))
+    results = {}
+    for enabled in (False, True):
+        model.set_activation_checkpointing(enabled)
+        model.zero_grad(set_to_none=True)
+        runs.clear()
+        out = model(**batch)
+        out.loss.backward()
+        results[enabled] = (out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, len(runs))
+    (loss_off, grads_off, runs_off), (loss_on, grads_on, runs_on) = results[False], results[True]
+    assert (runs_off, runs_on) == (len(blocks), 2 * len(blocks))
+    torch.testing.assert_close(loss_on, loss_off, rtol=0, atol=0)
+    assert grads_on.keys() == grads_off.keys()
+    for name in grads_off:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=0, atol=0, msg=name)
+    with torch.no_grad():  # evaluation keeps nothing for a backward: no recomputation to arrange
+        runs.clear()
+        model(**batch)
+        assert len(runs) == len(blocks)
+
+
+def test_compile_blocks_compiles_each_block_and_leaves_the_state_dict_alone():
+    """Under FSDP the trainer compiles per block (FSDP's gathers and reductions stay in eager hooks around
+    the compiled computation): every Block / PredictorBlock computation is compiled, the root is not, and
+    the parameter names a checkpoint is saved under do not change."""
+    from crossbert_model.distributed import compile_blocks
+    from crossbert_model.model import Block, PredictorBlock
+
+    model = build("crossbert", 2048)
+    keys = list(model.state_dict())
+    compile_blocks(model, (Block, PredictorBlock))
+    blocks = [m for m in model.modules() if isinstance(m, (Block, PredictorBlock))]
+    assert blocks and all(hasattr(b.compute, "_torchdynamo_orig_callable") for b in blocks)
+    assert not hasattr(model.forward, "_torchdynamo_orig_callable")
+    assert list(model.state_dict()) == keys
