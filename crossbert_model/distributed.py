@@ -5,9 +5,11 @@ Launched without torchrun everything here degrades to a single process with no p
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -71,8 +73,12 @@ def all_reduce_sum_tensor(env: DistEnv, value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def wrap_model(model: torch.nn.Module, env: DistEnv, mode: str, block_types: tuple[type, ...]) -> torch.nn.Module:
-    """DDP replicates the model; FSDP2 (`fully_shard`) shards each block, then the root."""
+def wrap_model(
+    model: torch.nn.Module, env: DistEnv, mode: str, block_types: tuple[type, ...], param_dtype: torch.dtype | None = None
+) -> torch.nn.Module:
+    """DDP replicates the model; FSDP2 (`fully_shard`) shards each block, then the root. With a bf16
+    `param_dtype` FSDP gathers and computes in bf16 and reduces gradients in fp32 (the sharded weights and
+    the optimizer stay fp32): half the gather traffic, no loss of gradient precision in the sum."""
     if not env.enabled:
         return model
     if mode == "ddp":
@@ -80,14 +86,45 @@ def wrap_model(model: torch.nn.Module, env: DistEnv, mode: str, block_types: tup
 
         return DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
     if mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
         for module in model.modules():
             if isinstance(module, block_types):
-                fully_shard(module)
-        fully_shard(model)
+                fully_shard(module, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         return model
     raise ValueError(f"config field 'distributed': expected 'ddp' or 'fsdp', got {mode!r}")
+
+
+def compile_blocks(model: torch.nn.Module, block_types: tuple[type, ...]) -> None:
+    """torch.compile each block's computation (`compute`) in place. Under FSDP the gathers and reductions
+    run in the module's hooks, eager, around it; module tree and state dict keys are unchanged. `compute`,
+    not `forward`: each block type then has its own compiled code (one graph for all encoder blocks), and
+    the activation-checkpointing switch in `forward` stays outside the graphs."""
+    for module in model.modules():
+        if isinstance(module, block_types):
+            module.compute = torch.compile(module.compute)
+
+
+@contextlib.contextmanager
+def gradient_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Forward and backward of one micro-batch, reducing gradients across processes only when `enabled`
+    (the last micro-batch of a step). Otherwise DDP skips its all-reduce (`no_sync`) and FSDP2 its
+    reduce-scatter (`set_requires_gradient_sync(False)`: gradients accumulate unsharded, in the reduce dtype)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if enabled or not (hasattr(model, "no_sync") or isinstance(model, FSDPModule)):
+        yield
+    elif isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        with model.no_sync():
+            yield
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

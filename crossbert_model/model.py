@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
@@ -134,7 +135,20 @@ class MLP(nn.Module):
         return self.out_proj(h)
 
 
-class Block(nn.Module):
+class CheckpointableBlock(nn.Module):
+    """A block that can recompute its activations in the backward instead of keeping them from the
+    forward (`activation_checkpointing`, set by `set_activation_checkpointing`): memory traded for one
+    more forward, with the same loss and gradients. `compute` is the block; `forward` decides."""
+
+    activation_checkpointing = False
+
+    def forward(self, *args):
+        if self.activation_checkpointing and torch.is_grad_enabled():
+            return checkpoint(self.compute, *args, use_reentrant=False)
+        return self.compute(*args)
+
+
+class Block(CheckpointableBlock):
     """The shared pre-norm transformer block: x + Attn(norm(x)), then x + MLP(norm(x))."""
 
     def __init__(self, config: CrossBertConfig):
@@ -145,12 +159,12 @@ class Block(nn.Module):
         self.mlp_norm = make_norm(config, d)
         self.mlp = MLP(d, config.intermediate_size, config.mlp_type)
 
-    def forward(self, x, rope, key_mask):
+    def compute(self, x, rope, key_mask):
         x = x + self.attn(self.attn_norm(x), rope, key_mask=key_mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
-class PredictorBlock(nn.Module):
+class PredictorBlock(CheckpointableBlock):
     """Cross-attention only (CrossMAE-style): queries read the encoder output, never each other."""
 
     def __init__(self, config: CrossBertConfig):
@@ -161,7 +175,7 @@ class PredictorBlock(nn.Module):
         self.mlp_norm = make_norm(config, p)
         self.mlp = MLP(p, config.predictor_intermediate_size, config.mlp_type)
 
-    def forward(self, queries, rope_q, context, rope_k, key_mask):
+    def compute(self, queries, rope_q, context, rope_k, key_mask):
         queries = queries + self.attn(self.attn_norm(queries), rope_q, context, rope_k, key_mask)
         return queries + self.mlp(self.mlp_norm(queries))
 
@@ -171,6 +185,12 @@ class CrossBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "encoder"
     supports_gradient_checkpointing = False
     _no_split_modules = ["Block", "PredictorBlock"]
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """Recompute every block's activations in the backward (True) or keep them (False)."""
+        for module in self.modules():
+            if isinstance(module, CheckpointableBlock):
+                module.activation_checkpointing = enabled
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range

@@ -3,11 +3,12 @@
     crossbert train configs/train/tiny_crossbert.yaml model.preset=mini steps=2000
     torchrun --nproc_per_node 2 -m crossbert_model.train CONFIG [key=value ...]
 
-Every step is a pure function of (seed, step): the batch comes from `EpochSampler`, the masks from a
-generator seeded by (seed, step) and drawn for the whole global batch on every rank. Hence resuming
-from a checkpoint reproduces the uninterrupted run, and N processes reproduce one process at the same
-global batch. The loss is normalised by the number of predicted tokens of the global batch, so
-gradient accumulation and DDP give the same update as one big batch.
+Every step is a pure function of (seed, step): the batch comes from `EpochSampler`, and each row's masks
+from (seed, step, its index in the global batch) (`masking.RowRandom`), so every process draws only its
+own rows. Hence resuming from a checkpoint reproduces the uninterrupted run, and N processes reproduce
+one process at the same global batch. The loss is normalised by the number of predicted tokens of the
+global batch, which each process knows without the others' masks (`masking.targets_per_row`), so
+gradient accumulation, DDP and FSDP give the same update as one big batch.
 
 Before anything is written the config is validated (each error names its field) and `dtype=auto` is
 resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient norm is non-finite, or
@@ -25,7 +26,6 @@ checkpointed). On the CPU reading costs nothing, so they are read and checked at
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -60,7 +60,7 @@ from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, de
 from .data import CorpusData, DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
 from .data import unigram_counts
 from .hardware import DTYPES, matmul_flops, resolve_precision, torch_autocast_dtype
-from .masking import num_targets, pretraining_batch, target_ids
+from .masking import MASKING_SCHEME, RowRandom, pretraining_batch, target_ids, targets_per_row
 from .model import Block, PredictorBlock, pretraining_model_for
 from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
 from .shared_loss import checkpoint_train_config, protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
@@ -122,10 +122,15 @@ class TrainConfig:
     distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
     num_threads: int | None = None
     peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
-    # torch.compile the training forward (the saved model is the same). Off by default: on a 2-core CPU it
-    # costs 40-66 s of compilation per model for runs of minutes (bench/cpu_speedups.py), and on GPUs it is
-    # measured by bench/gpu_check.py before it becomes a default there.
+    # torch.compile the training forward (the saved model is the same); under FSDP each block is compiled
+    # on its own. Off by default: on a 2-core CPU it costs 40-66 s of compilation per model for runs of
+    # minutes (bench/cpu_speedups.py), and on GPUs it is measured by bench/gpu_check.py before it becomes
+    # a default there.
     compile: bool = False
+    # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
+    # activation memory for about one more forward of compute, with the same loss and gradients. For
+    # models or batches that do not fit otherwise (large presets, long sequences).
+    activation_checkpointing: bool = False
     # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
     # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
     resume_allow_changes: list[str] = field(default_factory=list)
@@ -147,7 +152,7 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "data.num_workers",
+    "resume_allow_changes", "compile", "activation_checkpointing", "data.num_workers",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
@@ -216,6 +221,10 @@ def _one_of(name: str, value, choices) -> None:
     _require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
 
 
+def _boolean(name: str, value) -> None:
+    _require(isinstance(value, bool), name, "true or false", value)
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
     if cfg.max_tokens is None:
@@ -231,6 +240,8 @@ def validate_config(cfg: TrainConfig) -> None:
     _positive_number("peak_flops", cfg.peak_flops, optional=True)
     _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
+    for name in ("resume", "compile", "activation_checkpointing"):
+        _boolean(name, getattr(cfg, name))
     _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
     _validate_model(cfg.model)
     _validate_data(cfg.data)
@@ -334,20 +345,20 @@ def lr_at(step: int, total: int, o: OptimArgs) -> float:
     return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * decay)
 
 
-def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
-    """The masking RNG of one step: independent of process count and of where the run was resumed."""
-    state = int(np.random.SeedSequence([seed, stream, step]).generate_state(1, dtype=np.uint64)[0] >> 1)
-    return torch.Generator().manual_seed(state)
+def step_generator(seed: int, step: int, stream: int = 0) -> RowRandom:
+    """The masking randomness of one step, rows from global row 0 (`RowRandom.from_row` for others):
+    independent of process count and of where the run was resumed."""
+    return RowRandom(seed, step, stream)
 
 
 def validation_batches(data: CorpusData, n: int, config: CrossBertConfig, seed: int, batch_size: int) -> Iterator[dict]:
     """The fixed batches `val_loss` scores: the first n validation sequences in batches of `batch_size`,
-    with the objective's own masks from one generator seeded by the run seed (the same at every
-    evaluation). Whole batches: under DDP each process scores its share of each."""
-    generator = step_generator(seed, 0, stream=1)
+    with the objective's own masks drawn per sequence from the run seed (stream 1): the same at every
+    evaluation, whatever the batch size. Whole batches: under DDP each process scores its share of each."""
+    masks = step_generator(seed, 0, stream=1)
     for start in range(0, n, batch_size):
         ids = data.val.get(np.arange(start, min(n, start + batch_size)))
-        yield pretraining_batch(ids, torch.ones_like(ids), config, generator)
+        yield pretraining_batch(ids, torch.ones_like(ids), config, masks.from_row(start))
 
 
 def unigram_entropies(data: CorpusData, config: CrossBertConfig, cfg: TrainConfig) -> dict[str, float]:
@@ -427,6 +438,19 @@ def _change_allowed(key: str, allowed: list[str]) -> bool:
     return any(key == a or key.startswith(a + ".") for a in allowed)
 
 
+def check_masking_scheme(path: Path, trainer_state: dict) -> None:
+    """Refuse to resume from a checkpoint whose masks were drawn by another recipe: the continued run would
+    be neither the one it started as nor a fresh one. Checkpoints written before the scheme was recorded
+    drew with scheme 1 (one generator per step over the global batch)."""
+    saved = trainer_state.get("masking_scheme", 1)
+    if saved != MASKING_SCHEME:
+        raise ConfigError(
+            f"{path}: its run drew masks with masking scheme {saved}, this version draws scheme {MASKING_SCHEME} "
+            f"(masks of rows drawn per row; issue 24), so a resume would not continue the same run: finish it with the "
+            f"revision that started it (git_revision {trainer_state.get('git_revision', '?')}) or start a new run (another name=)"
+        )
+
+
 def resolve_run_precision(cfg: TrainConfig, device: torch.device) -> dict:
     """The run's concrete dtype, decided once: a resume with dtype=auto keeps what the run chose."""
     saved = read_saved_config(cfg.run_dir) if cfg.resume else None
@@ -502,11 +526,18 @@ class Trainer:
         self.amp_dtype = torch_autocast_dtype(cfg.dtype)
         torch.manual_seed(cfg.seed)
         model = pretraining_model_for(self.model_config).to(self.env.device)
-        self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock))
+        model.set_activation_checkpointing(cfg.activation_checkpointing)
+        fsdp = self.env.enabled and cfg.distributed == "fsdp"
+        if cfg.compile and fsdp:  # each block on its own: FSDP's gathers and reductions stay outside the graphs
+            D.compile_blocks(model, (Block, PredictorBlock))
+        self.model = D.wrap_model(model, self.env, cfg.distributed, (Block, PredictorBlock), param_dtype=self.amp_dtype)
         self.hf_model = D.unwrap(self.model)
         self.optimizer = make_optimizer(self.model, cfg.optim, self.env.device)
         # The module that runs the step: compiled or not, it shares its parameters with self.model.
-        self.step_model = torch.compile(self.model) if cfg.compile else self.model
+        self.step_model = torch.compile(self.model) if cfg.compile and not fsdp else self.model
+        # The loss normaliser: the global batch's predicted-token count, which depends on the rows' lengths
+        # only (every training sequence is packed to seq_len), so no process needs the others' masks.
+        self.global_targets = int(targets_per_row(torch.full((cfg.batch_size,), cfg.data.seq_len), self.model_config).sum())
         # On the CPU a read costs nothing: check every step. Elsewhere, only at logging points.
         self.read_every_step = self.env.device.type == "cpu"
         self.sampler = EpochSampler(len(self.data.train), cfg.seed)
@@ -558,6 +589,7 @@ class Trainer:
             "autocast_dtype": str(self.amp_dtype) if self.amp_dtype else "float32",
             "peak_flops": self.peak_flops,
             "divergence_threshold": self.max_loss,
+            "masking_scheme": MASKING_SCHEME,
             "unigram_entropies": {**self.unigram_entropies, "smoothing": SMOOTHING},
             "data": self.data.meta,
             "config_history": history,
@@ -572,7 +604,9 @@ class Trainer:
         loaded = (0, None)
         for step, path in candidates:
             try:
-                val_loss = (read_trainer_state(path).get("metrics") or {}).get("val_loss")
+                trainer_state = read_trainer_state(path)
+                check_masking_scheme(path, trainer_state)
+                val_loss = (trainer_state.get("metrics") or {}).get("val_loss")
                 if not loss_is_usable(val_loss, self.max_loss):
                     log.warning("%s: validation loss %s is diverged; resuming from an earlier checkpoint", path, val_loss)
                     continue
@@ -602,11 +636,14 @@ class Trainer:
     # -- one step ----------------------------------------------------------------------------------
 
     def host_batch(self, step: int) -> dict:
-        """The whole global batch of `step`, masks and packing included, on the host (pinned for a GPU)."""
-        ids = self.data.train.get(self.sampler.indices(step, self.cfg.batch_size))
-        batch = pretraining_batch(ids, torch.ones_like(ids), self.model_config, step_generator(self.cfg.seed, step))
-        targets = num_targets(batch)
-        return {**(pinned(batch) if self.env.device.type == "cuda" else batch), "targets": targets}
+        """This process's rows of the global batch of `step` (rows rank x per_rank onwards), masks and
+        packing included, on the host (pinned for a GPU), with the global batch's predicted-token count."""
+        per_rank = self.cfg.batch_size // self.env.world_size
+        first = self.env.rank * per_rank
+        ids = self.data.train.get(self.sampler.indices(step, self.cfg.batch_size)[first : first + per_rank])
+        masks = step_generator(self.cfg.seed, step).from_row(first)
+        batch = pretraining_batch(ids, torch.ones_like(ids), self.model_config, masks)
+        return {**(pinned(batch) if self.env.device.type == "cuda" else batch), "targets": self.global_targets}
 
     def host_batches(self, start: int) -> Iterator[dict]:
         steps = range(start, self.total_steps)
@@ -625,18 +662,16 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         targets = batch.pop("targets")
-        per_rank = cfg.batch_size // env.world_size
-        local = slice_batch(batch, env.rank * per_rank, (env.rank + 1) * per_rank)
-        micro = per_rank // cfg.grad_accum
+        micro = cfg.batch_size // env.world_size // cfg.grad_accum
         loss_sum = torch.zeros((), dtype=torch.float64, device=env.device)
         for i in range(cfg.grad_accum):
-            part = to_device(slice_batch(local, i * micro, (i + 1) * micro), env.device)
-            sync = i == cfg.grad_accum - 1
-            context = self.model.no_sync() if (not sync and hasattr(self.model, "no_sync")) else contextlib.nullcontext()
-            with context, self._autocast():
-                out = self.step_model(**part)
-            # DDP averages gradients over ranks: scale so that the result is sum / global count.
-            (out.loss_sum * (env.world_size / targets)).backward()
+            part = to_device(slice_batch(batch, i * micro, (i + 1) * micro), env.device)
+            # Gradients cross processes once per step, after the last micro-batch.
+            with D.gradient_sync(self.model, i == cfg.grad_accum - 1):
+                with self._autocast():
+                    out = self.step_model(**part)
+                # DDP and FSDP average gradients over ranks: scale so that the result is sum / global count.
+                (out.loss_sum * (env.world_size / targets)).backward()
             loss_sum += out.loss_sum.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         loss = D.all_reduce_sum_tensor(env, loss_sum) / targets
@@ -754,6 +789,7 @@ class Trainer:
                 "objective": self.model_config.objective,
                 "run": str(self.run_dir),
                 "dtype": cfg.dtype,
+                "masking_scheme": MASKING_SCHEME,  # a resume refuses a checkpoint of another scheme
                 "metrics": metrics,
                 **provenance(),
             }

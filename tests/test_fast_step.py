@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import crossbert_model as cm
-from crossbert_model.masking import crossbert_packing, mlm_targets, pretraining_batch
+from crossbert_model.masking import RowRandom, crossbert_packing, mlm_targets, pretraining_batch
 from crossbert_model.train import Trainer, TrainConfig, make_optimizer, prepared_ahead
 
 READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
@@ -25,7 +25,7 @@ def nano(objective, **kw):
 
 def packed_batch(config, corpus, rows=8, step=0):
     ids = corpus.train.get(list(range(rows)))
-    return pretraining_batch(ids, torch.ones_like(ids), config, torch.Generator().manual_seed(step))
+    return pretraining_batch(ids, torch.ones_like(ids), config, RowRandom(step))
 
 
 OBJECTIVES = {

@@ -4,14 +4,14 @@ import pytest
 import torch
 
 from crossbert_model.config import cms_num_views
-from crossbert_model.masking import complementary_views, mlm_masking, num_targets, pack_positions, random_views
+from crossbert_model.masking import RowRandom, complementary_views, mlm_masking, num_targets, pack_positions, random_views
 
 
 @pytest.mark.parametrize("ratio", [0.5, 2 / 3, 0.75])
 def test_every_cms_view_set_partitions_the_real_tokens(real_batch, ratio):
     ids, attention = real_batch
     k = cms_num_views(ratio)
-    visible = complementary_views(attention, k, torch.Generator().manual_seed(0))
+    visible = complementary_views(attention, k, RowRandom(0))
     assert visible.shape == (ids.shape[0], k, ids.shape[1])
     times_visible = visible.sum(dim=1)
     # each real token visible in exactly one view (so masked in the K-1 others); padding in none
@@ -26,15 +26,15 @@ def test_every_cms_view_set_partitions_the_real_tokens(real_batch, ratio):
 
 def test_cms_with_half_masking_gives_exact_complements(real_batch):
     ids, attention = real_batch
-    visible = complementary_views(attention, 2, torch.Generator().manual_seed(1))
+    visible = complementary_views(attention, 2, RowRandom(1))
     real = attention.bool()
     assert torch.equal(visible[:, 0] & real, real & ~visible[:, 1])
 
 
 def test_cms_partition_is_random_not_fixed(real_batch):
     ids, attention = real_batch
-    a = complementary_views(attention, 2, torch.Generator().manual_seed(0))
-    b = complementary_views(attention, 2, torch.Generator().manual_seed(1))
+    a = complementary_views(attention, 2, RowRandom(0))
+    b = complementary_views(attention, 2, RowRandom(1))
     assert not torch.equal(a, b)
     # and a view is not a contiguous block: on a 64-token row, group 0 interleaves with group 1
     row = a[0, 0].nonzero().flatten()
@@ -43,7 +43,7 @@ def test_cms_partition_is_random_not_fixed(real_batch):
 
 def test_random_views_keep_the_requested_fraction_visible(real_batch):
     ids, attention = real_batch
-    visible = random_views(attention, 0.75, torch.Generator().manual_seed(0))
+    visible = random_views(attention, 0.75, RowRandom(0))
     assert visible.shape == (ids.shape[0], 1, ids.shape[1])
     n = attention.sum(dim=1)
     expected = torch.clamp(torch.round(n * 0.25), min=1)
@@ -57,7 +57,7 @@ def test_mlm_masking_follows_80_10_10_on_real_tokens(corpus):
     vocab = len(corpus.tokenizer)
     out = mlm_masking(
         ids, attention, mask_ratio=0.15, mask_token_id=corpus.tokenizer.mask_token_id, vocab_size=vocab,
-        num_special_tokens=5, generator=torch.Generator().manual_seed(0),
+        num_special_tokens=5, rng=RowRandom(0),
     )  # fmt: skip
     selected = out["labels"] != -100
     # exactly round(0.15 * n) per sequence
@@ -81,7 +81,7 @@ def test_mlm_masking_follows_80_10_10_on_real_tokens(corpus):
 def test_mlm_masking_never_selects_padding(real_batch):
     ids, attention = real_batch
     out = mlm_masking(ids, attention, mask_ratio=0.3, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+                      rng=RowRandom(0))  # fmt: skip
     selected = out["labels"] != -100
     assert not (selected & ~attention.bool()).any()
     assert torch.equal(selected.sum(dim=1), torch.clamp(torch.round(attention.sum(1) * 0.3), min=1).long())
@@ -96,7 +96,7 @@ def test_pack_positions_left_packs_in_order():
 
 def test_num_targets_counts_every_masked_real_token_of_every_view(real_batch):
     ids, attention = real_batch
-    visible = complementary_views(attention, 2, torch.Generator().manual_seed(0))
+    visible = complementary_views(attention, 2, RowRandom(0))
     batch = {"input_ids": ids, "attention_mask": attention, "visible": visible}
     assert num_targets(batch) == int(attention.sum())  # K = 2: each token predicted once
 
@@ -188,7 +188,7 @@ def test_shared_protocol_refuses_a_ratio_outside_0_1(real_batch):
 def test_pure_masking_replaces_every_selected_token_by_mask(real_batch):
     ids, attention = real_batch
     batch = mlm_masking(ids, attention, mask_ratio=0.5, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                        generator=torch.Generator().manual_seed(0), mask_prob=1.0, random_prob=0.0)  # fmt: skip
+                        rng=RowRandom(0), mask_prob=1.0, random_prob=0.0)  # fmt: skip
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == 4).all())
     assert torch.equal(batch["input_ids"][~selected], ids[~selected])
@@ -202,7 +202,7 @@ def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(r
 
     ids, attention = real_batch
     config = config_from_preset("nano", objective=objective, vocab_size=2048, mask_ratio=ratio, complementary_masking=cms)
-    batch = pretraining_batch(ids, attention, config, torch.Generator().manual_seed(0))
+    batch = pretraining_batch(ids, attention, config, RowRandom(0))
     targets = target_ids(batch)
     assert len(targets) == num_targets(batch)
     if objective == "mlm":  # the selected tokens, before corruption
@@ -211,3 +211,82 @@ def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(r
         masked = attention.bool().unsqueeze(1) & ~batch["visible"]
         expected = ids.unsqueeze(1).expand_as(masked)[masked]
     assert torch.equal(torch.bincount(targets, minlength=2048), torch.bincount(expected, minlength=2048))
+
+
+# -- per-row randomness: each process draws its own rows (issue 24) ----------------------------------------
+
+SPECS = {
+    "mlm15": dict(objective="mlm", mask_ratio=0.15),
+    "mlm30": dict(objective="mlm", mask_ratio=0.3),
+    "crossbert_cms_r50": dict(objective="crossbert", mask_ratio=0.5),
+    "crossbert_cms_r75": dict(objective="crossbert", mask_ratio=0.75),
+    "crossbert_nocms_r50": dict(objective="crossbert", mask_ratio=0.5, complementary_masking=False),
+}
+
+
+def _config(name):
+    from crossbert_model.config import config_from_preset
+
+    return config_from_preset("nano", vocab_size=2048, **SPECS[name])
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_a_process_drawing_only_its_rows_gets_exactly_those_rows_of_the_global_batch(corpus, name):
+    """Rows 8-15 drawn alone (as rank 1 of 2 does) are rows 8-15 of the 16-row global batch, bit for bit,
+    packing included: so N processes train on the masks one process draws."""
+    from crossbert_model.masking import pretraining_batch
+
+    config, ids = _config(name), corpus.train.get(list(range(16)))
+    step = RowRandom(seed=3, step=7)
+    whole = pretraining_batch(ids, torch.ones_like(ids), config, step)
+    parts = [pretraining_batch(ids[lo:lo + 8], torch.ones_like(ids[lo:lo + 8]), config, step.from_row(lo)) for lo in (0, 8)]
+    assert whole.keys() == parts[0].keys()
+    for key, value in whole.items():
+        if value is None:
+            assert parts[0][key] is None and parts[1][key] is None, key
+        else:
+            assert torch.equal(value, torch.cat([p[key] for p in parts])), key
+    # and the draw is the step's: another step, another seed or another row numbering masks differently
+    masks = "labels" if config.objective == "mlm" else "visible"
+    for other in (RowRandom(seed=3, step=8), RowRandom(seed=4, step=7), step.from_row(1)):
+        assert not torch.equal(pretraining_batch(ids, torch.ones_like(ids), config, other)[masks], whole[masks])
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_targets_per_row_is_the_count_every_draw_predicts(real_batch, name):
+    """The loss normaliser of the global batch is known from the rows' lengths alone, including rows
+    shorter than K (a view without a visible token predicts nothing), so no process needs the others' masks."""
+    from crossbert_model.masking import pretraining_batch, targets_per_row
+
+    config = _config(name)
+    ids, attention = real_batch
+    attention = attention.clone()
+    attention[[0, 1, 2], :] = 0
+    for row, length in ((0, 1), (1, 2), (2, 3)):
+        attention[row, :length] = 1
+    expected = targets_per_row(attention.sum(dim=1), config)
+    for seed in range(3):
+        batch = pretraining_batch(ids, attention, config, RowRandom(seed))
+        if config.objective == "mlm":
+            per_row = (batch["labels"] != -100).sum(dim=1)
+        else:
+            valid = batch["query_valid"]
+            per_row = valid.sum(dim=(1, 2)) if valid is not None else torch.full((len(ids),), batch["query_positions"][0].numel())
+        assert torch.equal(per_row, expected)
+        assert num_targets(batch) == int(expected.sum())
+
+
+@pytest.mark.parametrize("name", ["mlm15", "crossbert_cms_r75", "crossbert_nocms_r50"])
+def test_every_position_is_masked_equally_often(name):
+    """The counter-based draws are uniform over positions: over 4,096 rows of 64 tokens each position is a
+    target (MLM) / visible in view 0 (CrossBERT) at the expected rate, within 5 binomial standard errors."""
+    from crossbert_model.masking import pretraining_batch
+
+    config = _config(name)
+    ids = torch.randint(5, 2048, (4096, 64), generator=torch.Generator().manual_seed(0))
+    batch = pretraining_batch(ids, torch.ones_like(ids), config, RowRandom(0, 11))
+    chosen = (batch["labels"] != -100) if config.objective == "mlm" else batch["visible"][:, 0]
+    rate = chosen.float().mean(dim=0)
+    p = float(rate.mean())
+    assert p == pytest.approx(round(64 * SPECS[name]["mask_ratio"]) / 64 if config.objective == "mlm" else 1 - SPECS[name]["mask_ratio"])
+    assert float((rate - p).abs().max()) < 5 * (p * (1 - p) / 4096) ** 0.5

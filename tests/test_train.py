@@ -101,6 +101,124 @@ def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path, mode):
     assert double == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in single]
 
 
+# Runs crossbert_model.train under torchrun and writes, per rank, the dtype of every tensor FSDP2 gathers
+# (all_gather_single) and reduces (reduce_scatter_single): collectives.rank<N>.json in the working folder.
+COUNTING_TRAIN = """
+import json, os, sys
+import torch.distributed as dist
+
+seen = {"all_gather": [], "reduce_scatter": []}
+
+def counted(name, collective):
+    def call(output, input, *args, **kwargs):
+        seen[name].append(str(input.dtype))
+        return collective(output, input, *args, **kwargs)
+    return call
+
+dist.all_gather_single = counted("all_gather", dist.all_gather_single)
+dist.reduce_scatter_single = counted("reduce_scatter", dist.reduce_scatter_single)
+from crossbert_model.train import main
+main(sys.argv[1:])
+with open(f"collectives.rank{os.environ['RANK']}.json", "w") as out:
+    json.dump(seen, out)
+"""
+
+
+def torchrun_two_processes(cfg: TrainConfig, tmp_path: Path) -> list[dict]:
+    """Train `cfg` in 2 gloo processes (FSDP2's collectives recorded); the collectives of each rank."""
+    from crossbert_model.args import dump_yaml
+
+    work = tmp_path / f"launch_{cfg.name}"
+    work.mkdir()
+    (work / "config.yaml").write_text(dump_yaml(cfg))
+    (work / "counting_train.py").write_text(COUNTING_TRAIN)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "counting_train.py", "config.yaml", "num_threads=1"],
+        check=True, env=env, cwd=work, capture_output=True, timeout=600,
+    )  # fmt: skip
+    return [json.loads((work / f"collectives.rank{r}.json").read_text()) for r in range(2)]
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_args, tmp_path):
+    """FSDP2 over 2 processes, 2 micro-batches each, activation checkpointing on, gives the losses, gradient
+    norms and weights of one process with the whole global batch at once (fp32; rtol 1e-5, atol 1e-6 on
+    weights after 2 AdamW steps), and reduce-scatters once per step and FSDP unit: never after the
+    non-final micro-batch (set_requires_gradient_sync(False))."""
+    from safetensors.torch import load_file
+
+    from crossbert_model.model import Block, PredictorBlock, pretraining_model_for
+    from crossbert_model.train import model_config_from_args
+
+    common = dict(steps=2, eval_every=0, eval_sequences=8)
+    one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
+    train(one)
+    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", grad_accum=2, activation_checkpointing=True, **common)
+    collectives = torchrun_two_processes(two, tmp_path)
+
+    single, sharded = metric_rows(one.run_dir), metric_rows(two.run_dir)
+    for key in ("loss", "grad_norm"):
+        assert [r[key] for r in sharded] == pytest.approx([r[key] for r in single], rel=1e-5), key
+    weights = {cfg.name: load_file(str(list_checkpoints(cfg.run_dir)[-1][1] / "model.safetensors")) for cfg in (one, two)}
+    for name, value in weights["one"].items():
+        torch.testing.assert_close(weights["two"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+    model = pretraining_model_for(model_config_from_args(two.model, two.data))
+    units = 1 + sum(isinstance(m, (Block, PredictorBlock)) for m in model.modules())  # each block, then the root
+    for rank in collectives:
+        assert rank["reduce_scatter"] == ["torch.float32"] * (two.steps * units)
+        assert set(rank["all_gather"]) == {"torch.float32"}
+
+
+def test_fsdp2_in_bf16_gathers_bf16_weights_and_reduces_fp32_gradients(corpus_args, tmp_path):
+    """With dtype=bf16 FSDP2's mixed-precision policy computes with bf16 weights (half the gather traffic)
+    and sums gradients in fp32; the run trains the model the fp32 run trains (losses within 2%)."""
+    common = dict(steps=2, eval_every=0, eval_sequences=8)
+    one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
+    train(one)
+    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", dtype="bf16", **common)
+    collectives = torchrun_two_processes(two, tmp_path)
+    for rank in collectives:
+        assert "torch.bfloat16" in rank["all_gather"]
+        assert set(rank["reduce_scatter"]) == {"torch.float32"}
+    assert losses(two.run_dir) == pytest.approx(losses(one.run_dir), rel=2e-2)
+
+
+def test_activation_checkpointing_is_a_trainer_option_for_both_objectives(corpus_args, tmp_path):
+    """`activation_checkpointing: true` reaches every block of either objective's model, and a run may turn it
+    on or off when it resumes (the loss and gradients do not change: tests/test_model.py)."""
+    from crossbert_model.model import CheckpointableBlock
+    from crossbert_model.train import NON_DEFINING_KEYS, Trainer
+
+    for objective in ("mlm", "crossbert"):
+        trainer = Trainer(tiny_config(corpus_args, tmp_path, objective, activation_checkpointing=True, eval_sequences=0))
+        blocks = [m for m in trainer.model.modules() if isinstance(m, CheckpointableBlock)]
+        assert blocks and all(b.activation_checkpointing for b in blocks), objective
+    assert "activation_checkpointing" in NON_DEFINING_KEYS
+
+
+def test_a_checkpoint_of_the_earlier_masking_scheme_is_not_resumed(corpus_args, tmp_path):
+    """Masks drawn per row (scheme 2) differ from those one generator drew for the global batch (scheme 1,
+    checkpoints written before the scheme was recorded): resuming such a run is refused with one line that
+    says why and what to do, and the folder is left as it was."""
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=2, eval_every=0, checkpoint_steps=[1])
+    train(cfg)
+    assert json.loads((cfg.run_dir / "run_info.json").read_text())["masking_scheme"] == 2
+    shutil.rmtree(list_checkpoints(cfg.run_dir)[-1][1])  # "killed" before the final checkpoint
+    state_file = list_checkpoints(cfg.run_dir)[-1][1] / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state.pop("masking_scheme") == 2
+    state_file.write_text(json.dumps(state))  # as written before the scheme was recorded
+    with pytest.raises(ConfigError, match=r"step_0000001: its run drew masks with masking scheme 1, this version draws scheme 2 .*"
+                                          r"finish it with the revision that started it .* or start a new run"):
+        train(cfg)
+    assert [s for s, _ in list_checkpoints(cfg.run_dir)] == [1]
+
+
 def evaluated(run_dir: Path) -> list[dict]:
     """The validation metrics (native and shared-protocol) of every evaluated step."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -204,6 +322,7 @@ def test_config_overrides_are_typed_and_unknown_keys_rejected(tmp_path):
         ("model.mlm_random_prob", -0.1, "model.mlm_random_prob", r"a number in \[0, 1\]"),
         ("model.mlm_random_prob", 0.3, "model.mlm_random_prob", r"at most 1 - model.mlm_mask_prob \(0.2\)"),
         ("resume_allow_changes", ["optim.lrr"], "resume_allow_changes", "dotted config keys such as optim.lr"),
+        ("activation_checkpointing", "yes", "activation_checkpointing", "true or false"),
     ],
 )
 def test_bad_config_values_are_refused_before_anything_is_written(corpus_args, tmp_path, key, value, field, expected):
@@ -328,13 +447,13 @@ def test_a_corpus_byte_that_is_not_utf8_is_named_with_file_line_and_offset(tmp_p
 
 
 def test_mlm_corruption_shares_reach_the_model_config_and_the_training_batch(corpus_args):
-    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.masking import RowRandom, pretraining_batch
     from crossbert_model.train import ModelArgs, model_config_from_args
 
     config = model_config_from_args(ModelArgs(mask_ratio=0.5, mlm_mask_prob=1.0, mlm_random_prob=0.0), corpus_args)
     assert (config.mlm_mask_prob, config.mlm_random_prob) == (1.0, 0.0)
     ids = torch.randint(5, 2048, (16, 64))
-    batch = pretraining_batch(ids, torch.ones_like(ids), config, torch.Generator().manual_seed(0))
+    batch = pretraining_batch(ids, torch.ones_like(ids), config, RowRandom(0))
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == config.mask_token_id).all())  # pure masking: no random, no kept
     default = model_config_from_args(ModelArgs(), corpus_args)
