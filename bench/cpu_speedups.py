@@ -46,7 +46,7 @@ class Stepper:
         self.forward = torch.compile(self.model, dynamic=True) if compiled else self.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
 
-    def step(self, ids: torch.Tensor, generator: torch.Generator) -> None:
+    def step(self, ids: torch.Tensor, generator) -> None:  # generator: masking.RowRandom
         batch = pretraining_batch(ids, torch.ones_like(ids), self.config, generator)
         with torch.autocast("cpu", dtype=self.amp or torch.float32, enabled=self.amp is not None):
             loss = self.forward(**batch).loss

@@ -66,7 +66,7 @@ class Contender:
         self.flops_per_token = training_flops_per_token(self.config, seq_len)
         self.times: list[float] = []
 
-    def step(self, ids: torch.Tensor, generator: torch.Generator, amp: torch.dtype | None) -> None:
+    def step(self, ids: torch.Tensor, generator, amp: torch.dtype | None) -> None:  # generator: masking.RowRandom
         batch = pretraining_batch(ids, torch.ones_like(ids), self.config, generator)
         with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
             if self.hf:
