@@ -214,10 +214,11 @@ def corpus_slice(path: Path, tokenizer, tokens: int) -> np.ndarray:
 
 
 class Contender:
-    def __init__(self, name: str, preset: str, seq_len: int, tokens: dict, device, compiled: bool, lr: float = 1e-4):
+    def __init__(self, name: str, preset: str, seq_len: int, tokens: dict, device, compiled: bool, lr: float = 1e-4,
+                 fail: bool = False):  # fmt: skip
         torch.manual_seed(0)  # eager and compiled rows start from the same weights
         spec = CONTENDERS[name]
-        self.name, self.hf, self.device = name, spec["objective"] == "hf", device
+        self.name, self.hf, self.device, self.fail = name, spec["objective"] == "hf", device, fail
         # bf16 autocast on a GPU (the regime measured); fp32 on a CPU, where bf16 may be emulated (~100x slower).
         self.amp = torch.bfloat16 if device.type == "cuda" else None
         objective = "mlm" if self.hf else spec["objective"]
@@ -237,6 +238,8 @@ class Contender:
         return pinned(batch) if self.device.type == "cuda" else batch
 
     def step(self, batch: dict) -> torch.Tensor:
+        if self.fail:  # --fail: the error path, tested on a CPU
+            raise RuntimeError(f"injected failure in {self.name}")
         part = to_device(batch, self.device)
         with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
             out = self.forward(**part)
@@ -331,7 +334,7 @@ def throughput_row(args, name: str, shape_name: str, shape: tuple, sequences: Pa
                    compiled: bool, budget: Budget) -> dict:  # fmt: skip
     preset, batch_size, seq_len = shape
     began = time.perf_counter()
-    c = Contender(name, preset, seq_len, tokens, device, compiled)
+    c = Contender(name, preset, seq_len, tokens, device, compiled, fail=name in args.fail)
     index = np.arange(batch_size)
     batches = [c.batch(sequences.get((index + i * batch_size) % len(sequences)), i) for i in range(args.warmup + args.steps)]
     first = time.perf_counter()
@@ -381,7 +384,7 @@ def short_run_row(args, name: str, sequences: PackedSequences, tokens: dict, dev
     """`--run-steps` steps from scratch: the loss must fall (mean of the first tenth against the last tenth)."""
     preset, batch_size, seq_len = args.run_shape
     began = time.perf_counter()
-    c = Contender(name, preset, seq_len, tokens, device, compiled=False, lr=args.run_lr)
+    c = Contender(name, preset, seq_len, tokens, device, compiled=False, lr=args.run_lr, fail=name in args.fail)
     losses = []
     for step in range(args.run_steps):
         ids = sequences.get((np.arange(batch_size) + step * batch_size) % len(sequences))
@@ -576,7 +579,7 @@ def parse_args(argv):
     p.add_argument("--loop-contenders", nargs="*", default=["flat_mlm30", "crossbert_r50_cms"])
     p.add_argument("--sentences", type=int, default=8192)
     p.add_argument("--budget-s", type=float, default=360.0, help="a row starts only if its predicted end is within this")
-    p.add_argument("--fail", nargs="*", default=[], help="contender names whose throughput rows raise (tests the error path)")
+    p.add_argument("--fail", nargs="*", default=[], help="contender names whose every step raises, in every section they run in (tests the error path)")
     p.add_argument("--out", default="runs/bench/gpu_check")
     p.add_argument("--device", default=None)
     args = p.parse_args(argv)
@@ -652,8 +655,6 @@ def run_plan(args, rows: RowLog, meta: dict) -> None:
     meta.update(device=str(device), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 precision="bf16 autocast" if device.type == "cuda" else "fp32", corpus=str(data["corpus"]),
                 corpus_slice_tokens=int(len(data["stream"])))  # fmt: skip
-    if args.fail:
-        fail_rows(args)
     first, *rest = list(data["shapes"])
     throughput_section(args, rows, budget, first, "eager", data)
     sections = [("short_run", name, lambda name=name: short_run_row(args, name, data["run_sequences"], data["tokenizer_ids"], device))
@@ -675,18 +676,6 @@ def run_plan(args, rows: RowLog, meta: dict) -> None:
         throughput_section(args, rows, budget, shape, "eager", data)
         throughput_section(args, rows, budget, shape, "compiled", data)
     guarded(rows, "gpu_state", {"name": "after"}, lambda: gpu_state(device))
-
-
-def fail_rows(args) -> None:
-    """--fail NAME: the contender's model raises at its first step (the error path, tested on a CPU)."""
-    original = Contender.step
-
-    def step(self, batch):
-        if self.name in args.fail:
-            raise RuntimeError(f"injected failure in {self.name}")
-        return original(self, batch)
-
-    Contender.step = step
 
 
 def write_outputs(out: Path, rows: RowLog, meta: dict) -> dict:
