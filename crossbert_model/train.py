@@ -82,6 +82,7 @@ class ModelArgs:
     complementary_masking: bool = True
     predictor_layers: int | None = None  # default and width: crossbert_model.config.default_predictor_shape
     predictor_hidden_size: int | None = None
+    predictor_heads: int | None = None  # default: the encoder's head width (crossbert_model.config)
     hidden_size: int | None = None  # overrides of the preset's shape
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
@@ -264,7 +265,7 @@ def _validate_model(m: ModelArgs) -> None:
     total = m.mlm_mask_prob + m.mlm_random_prob
     expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
     _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size"):
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
         _positive_int(f"model.{name}", getattr(m, name), optional=True)
     _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
     _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))
@@ -311,7 +312,7 @@ def model_config_from_args(m: ModelArgs, data: DataArgs, tokenizer=None) -> Cros
     With a tokenizer, the vocabulary and special-token ids are the tokenizer's. Without one (FLOP
     planning before any data is prepared) the vocabulary is `data.vocab_size`, the size a trained
     WordPiece is asked for; ids keep their defaults, which do not change the shape."""
-    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size")}
+    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}
     tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
     return config_from_preset(
         m.preset,
