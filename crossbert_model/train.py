@@ -128,6 +128,11 @@ class TrainConfig:
     # minutes (bench/cpu_speedups.py), and on GPUs it is measured by bench/gpu_check.py before it becomes
     # a default there.
     compile: bool = False
+    # torch.use_deterministic_algorithms for the run's process: a compiled CrossBERT step is otherwise not
+    # reproducible run to run on a CPU (two 30-step nano runs from one seed ended at losses 7.39873 and 7.39889;
+    # with this set, or eager, bit-identical). Off by default: it constrains kernels, and on a GPU it also needs
+    # CUBLAS_WORKSPACE_CONFIG.
+    deterministic: bool = False
     # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
     # activation memory for about one more forward of compute, with the same loss and gradients. For
     # models or batches that do not fit otherwise (large presets, long sequences).
@@ -153,7 +158,7 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "activation_checkpointing", "data.num_workers",
+    "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
@@ -241,7 +246,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _positive_number("peak_flops", cfg.peak_flops, optional=True)
     _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
-    for name in ("resume", "compile", "activation_checkpointing"):
+    for name in ("resume", "compile", "deterministic", "activation_checkpointing"):
         _boolean(name, getattr(cfg, name))
     _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
     _validate_model(cfg.model)
@@ -510,6 +515,8 @@ class Trainer:
             raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
         self.allowed_changes = check_resume_compatible(self.run_dir, cfg) if cfg.resume else []
         torch.set_num_threads(cfg.num_threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
 
         # Rank 0 tokenizes (once, cached); the others wait and then read the cache.
         if self.env.is_main:
