@@ -130,8 +130,8 @@ class TrainConfig:
     compile: bool = False
     # torch.use_deterministic_algorithms for the run's process: a compiled CrossBERT step is otherwise not
     # reproducible run to run on a CPU (two 30-step nano runs from one seed ended at losses 7.39873 and 7.39889;
-    # with this set, or eager, bit-identical). Off by default: it constrains kernels, and on a GPU it also needs
-    # CUBLAS_WORKSPACE_CONFIG.
+    # with this set, or eager, bit-identical). Off by default: it constrains kernels (a compiled tiny CrossBERT
+    # step ran at 0.84-1.02x the default's speed with it on this CPU: bench/deterministic_cost.py), and on a GPU it also needs CUBLAS_WORKSPACE_CONFIG.
     deterministic: bool = False
     # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
     # activation memory for about one more forward of compute, with the same loss and gradients. For
