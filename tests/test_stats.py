@@ -159,3 +159,11 @@ def test_the_simulations_are_cheap():
     null_reports(REPORTS, 0.5, np.random.default_rng(0))
     S.power(family=66)  # what a report build pays for its methods paragraph
     assert time.process_time() - started < 3.0  # measured ~0.7 s
+
+
+def test_the_power_sentence_speaks_of_a_correction_only_when_there_is_a_family_to_correct():
+    from crossbert_eval.report import power_sentence
+
+    alone = power_sentence([3], family=1)
+    assert "uncorrected" in alone and "among" not in alone  # one comparison (or none tested): nothing to correct
+    assert "as the one real difference among 66 comparisons" in power_sentence([3], family=66)
