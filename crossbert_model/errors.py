@@ -119,6 +119,7 @@ def exit_on_user_error(prog: str, debug: bool = False) -> Iterator[None]:
 
 
 def _exit(prog: str, line: str, code: int, debug: bool) -> None:
+    """Called in an except clause: with debug, the exception being handled goes on, traceback and all."""
     if debug:
         raise
     print(f"{prog}: {line}", file=sys.stderr)

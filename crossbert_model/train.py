@@ -46,7 +46,6 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed as D
-from .claims import exclusive_folder
 from .args import ConfigError, deep_merge, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
 from .checkpoint import (
     CheckpointError,
@@ -59,6 +58,7 @@ from .checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
+from .claims import exclusive_folder
 from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, describe, training_flops_per_token
 from .data import CorpusData, DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
 from .data import unigram_counts
