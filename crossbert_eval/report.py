@@ -460,8 +460,10 @@ def power_sentence(seeds: list[int], family: int) -> str:
     cases = []
     for n in seeds:
         power = S.power(seeds=n, family=family)
-        cases.append(f"with {n} seeds per side it is called in {power.alone:.1%} of tests at {S.ALPHA:g} uncorrected, and in "
-                     f"{power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}")
+        case = f"with {n} seeds per side it is called in {power.alone:.1%} of tests at {S.ALPHA:g} uncorrected"
+        if power.family > 1:  # a family of one (or none tested) has nothing to correct for
+            case += f", and in {power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}"
+        cases.append(case)
     return f"Power (simulated, normal seed scores), a true difference of {S.POWER_EFFECT_SD:g} standard deviations: {'; '.join(cases)}."
 
 
@@ -495,13 +497,15 @@ def _save(fig, out: Path, name: str, caption: str = "") -> list[Path]:
 
 def size_bands(table: pd.DataFrame, y: str) -> pd.DataFrame:
     """The error bars of a by_size column, by the rule of seed_bands: std (3+ seeds), min-max (2), none (1)."""
-    out = table.assign(mean=table[y], seeds=table["seeds"])
-    band = np.where(out["seeds"] >= MIN_SEEDS_FOR_STD, "std", np.where(out["seeds"] == 2, "min-max", "none"))
+    band = np.where(table["seeds"] >= MIN_SEEDS_FOR_STD, "std", np.where(table["seeds"] == 2, "min-max", "none"))
     std, low, high = (table.get(f"{y}_{k}", pd.Series(np.nan, index=table.index)) for k in ("std", "min", "max"))
-    out["band"] = band
-    out["err_low"] = np.where(band == "std", std, np.where(band == "min-max", table[y] - low, 0.0))
-    out["err_high"] = np.where(band == "std", std, np.where(band == "min-max", high - table[y], 0.0))
-    return out
+    # one assign: the by_size table is wide (a column per task and probe), and adding columns one at a time
+    # fragments it (pandas' PerformanceWarning on every plot)
+    return table.assign(
+        mean=table[y], band=band,
+        err_low=np.where(band == "std", std, np.where(band == "min-max", table[y] - low, 0.0)),
+        err_high=np.where(band == "std", std, np.where(band == "min-max", high - table[y], 0.0)),
+    )  # fmt: skip
 
 
 def _lines(ax, table: pd.DataFrame, x: str, y: str, label_fmt="{objective}") -> set[str]:

@@ -85,6 +85,7 @@ class ModelArgs:
     complementary_masking: bool = True
     predictor_layers: int | None = None  # default and width: crossbert_model.config.default_predictor_shape
     predictor_hidden_size: int | None = None
+    predictor_heads: int | None = None  # default: the encoder's head width (crossbert_model.config)
     hidden_size: int | None = None  # overrides of the preset's shape
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
@@ -130,6 +131,11 @@ class TrainConfig:
     # minutes (bench/cpu_speedups.py), and on GPUs it is measured by bench/gpu_check.py before it becomes
     # a default there.
     compile: bool = False
+    # torch.use_deterministic_algorithms for the run's process: a compiled CrossBERT step is otherwise not
+    # reproducible run to run on a CPU (two 30-step nano runs from one seed ended at losses 7.39873 and 7.39889;
+    # with this set, or eager, bit-identical). Off by default: it constrains kernels (a compiled tiny CrossBERT
+    # step ran at 0.84-1.02x the default's speed with it on this CPU: bench/deterministic_cost.py), and on a GPU it also needs CUBLAS_WORKSPACE_CONFIG.
+    deterministic: bool = False
     # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
     # activation memory for about one more forward of compute, with the same loss and gradients. For
     # models or batches that do not fit otherwise (large presets, long sequences).
@@ -155,7 +161,8 @@ class TrainConfig:
 NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "activation_checkpointing", "data.num_workers", "data.trust_remote_code",
+    "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
+    "data.trust_remote_code",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
@@ -252,7 +259,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _positive_number("peak_flops", cfg.peak_flops, optional=True)
     _one_of("dtype", cfg.dtype, DTYPES)
     _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
-    for name in ("resume", "compile", "activation_checkpointing"):
+    for name in ("resume", "compile", "deterministic", "activation_checkpointing"):
         _boolean(name, getattr(cfg, name))
     _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
     _validate_model(cfg.model)
@@ -276,7 +283,7 @@ def _validate_model(m: ModelArgs) -> None:
     total = m.mlm_mask_prob + m.mlm_random_prob
     expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
     _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size"):
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
         _positive_int(f"model.{name}", getattr(m, name), optional=True)
     _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
     _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))
@@ -324,7 +331,7 @@ def model_config_from_args(m: ModelArgs, data: DataArgs, tokenizer=None) -> Cros
     With a tokenizer, the vocabulary and special-token ids are the tokenizer's. Without one (FLOP
     planning before any data is prepared) the vocabulary is `data.vocab_size`, the size a trained
     WordPiece is asked for; ids keep their defaults, which do not change the shape."""
-    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size")}
+    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}
     tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
     return config_from_preset(
         m.preset,
@@ -522,6 +529,8 @@ class Trainer:
             raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
         self.allowed_changes = check_resume_compatible(self.run_dir, cfg) if cfg.resume else []
         torch.set_num_threads(cfg.num_threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
 
         # Rank 0 tokenizes (once, cached); the others wait and then read the cache.
         if self.env.is_main:

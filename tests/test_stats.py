@@ -85,7 +85,7 @@ def test_the_report_family_leaves_out_comparisons_without_a_test():
 
 # -- calibration by simulation --------------------------------------------------------------------------------
 
-# The shape of results/cpu_small: 2 objectives x 2 sizes x 3 seeds; 11 (task, probe) scores per run (5 GLUE tasks x
+# The shape of results/cpu_small: 2 objectives x 2 sizes x 3 seeds; 11 (task, probe) scores per run (5 tasks x
 # linear / kNN, and mteb's STSBenchmark) at layer 0 and the last layer. The report compares the objectives at each
 # size (22 comparisons, last layer) and layer 0 with the last layer of every objective and size (44): 66.
 OBJECTIVES, SIZES, SEEDS, CELLS = 2, 2, 3, 11

@@ -487,6 +487,28 @@ def test_mlm_corruption_shares_reach_the_model_config_and_the_training_batch(cor
     assert (default.mlm_mask_prob, default.mlm_random_prob) == (0.8, 0.1)  # BERT's 80/10/10 stays the default
 
 
+def test_the_predictor_head_count_is_a_model_option_checked_before_work(corpus_args):
+    from crossbert_model.train import ModelArgs, model_config_from_args, validate_config
+
+    args = ModelArgs(objective="crossbert", predictor_hidden_size=64, predictor_heads=4)
+    assert model_config_from_args(args, corpus_args).predictor_heads == 4
+    assert model_config_from_args(ModelArgs(objective="crossbert", predictor_hidden_size=64), corpus_args).predictor_heads == 1
+    with pytest.raises(ConfigError, match="model.predictor_heads"):
+        validate_config(TrainConfig(model=ModelArgs(objective="crossbert", predictor_heads=0), data=corpus_args))
+
+
+def test_a_deterministic_run_asks_torch_for_deterministic_algorithms(corpus_args, tmp_path):
+    from crossbert_model.train import Trainer
+
+    try:
+        Trainer(tiny_config(corpus_args, tmp_path, deterministic=True))
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)  # process-wide: leave the other tests as they were
+    Trainer(tiny_config(corpus_args, tmp_path, name="default"))
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
 @pytest.mark.parametrize("objective", ["mlm", "crossbert"])
 def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(corpus_args, tmp_path, objective, monkeypatch):
     from crossbert_model import data as data_module

@@ -26,6 +26,7 @@ ROWS = [  # (run name prefix, description)
     ("cb50_nocms", "CrossBERT 50%, no CMS"),
 ]
 KEYS = ("val_loss", SHARED_LOSS_R15, SHARED_LOSS_R50)
+ENTROPY_R50 = "unigram_entropy_r50"  # the plateau of the r = 0.5 targets (crossbert_model/plateau.py)
 
 
 def final_metrics(run_dir: Path) -> dict | None:
@@ -39,7 +40,8 @@ def final_metrics(run_dir: Path) -> dict | None:
     if SHARED_LOSS_R50 not in last:
         last = {**last, **shared_losses_for_checkpoint(path)}
         source = "checkpoint"
-    return {"step": step, "source": source, **{k: last[k] for k in KEYS}}
+    entropy = next((r[ENTROPY_R50] for r in rows if ENTROPY_R50 in r), float("nan"))  # recorded with the first evaluation
+    return {"step": step, "source": source, **{k: last[k] for k in KEYS}, "margin_r50": entropy - last[SHARED_LOSS_R50]}
 
 
 def main() -> None:
@@ -53,18 +55,19 @@ def main() -> None:
             seed = int(run_dir.name.rsplit("_s", 1)[1])
             table.append({"row": prefix, "objective": description, "seed": seed, **metrics})
     with open(OUT / "table.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["row", "objective", "seed", "step", *KEYS, "source"])
+        writer = csv.DictWriter(f, fieldnames=["row", "objective", "seed", "step", *KEYS, "margin_r50", "source"])
         writer.writeheader()
         writer.writerows(table)
-    print("| objective | seed | native val loss | shared loss r=0.15 | shared loss r=0.5 |")
-    print("|---|---|---|---|---|")
+    columns = (*KEYS, "margin_r50")
+    print("| objective | seed | native val loss | shared loss r=0.15 | shared loss r=0.5 | below the unigram entropy at r=0.5 |")
+    print("|---|---|---|---|---|---|")
     for prefix, description in ROWS:
         runs = [r for r in table if r["row"] == prefix]
         for r in runs:
-            print(f"| {description} | {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k in KEYS) + " |")
+            print(f"| {description} | {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k in columns) + " |")
         if len(runs) > 1:
-            means = [statistics.mean(r[k] for r in runs) for k in KEYS]
-            spreads = [max(r[k] for r in runs) - min(r[k] for r in runs) for k in KEYS]
+            means = [statistics.mean(r[k] for r in runs) for k in columns]
+            spreads = [max(r[k] for r in runs) - min(r[k] for r in runs) for k in columns]
             print(f"| {description} | mean (range) | " + " | ".join(f"{m:.3f} ({s:.3f})" for m, s in zip(means, spreads)) + " |")
 
 
