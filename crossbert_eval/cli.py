@@ -21,7 +21,7 @@ import argparse
 import logging
 import sys
 
-from crossbert_model.errors import debug_requested, exit_on_user_error
+from crossbert_model.errors import USER_ERROR_EXIT, debug_requested, exit_on_user_error
 
 POOLINGS = ("mean", "cls", "max")  # crossbert_eval.encoders.POOLINGS, without importing torch for --help
 # Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
@@ -93,7 +93,8 @@ def _poolings(value: str) -> list[str]:
 
 def _encoder_options(args: argparse.Namespace) -> dict:
     """How `crossbert probe` / `geometry` load the model (FrozenEncoder.load's options)."""
-    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle}
+    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle,
+            "trust_remote_code": args.trust_remote_code}  # fmt: skip
 
 
 def _resolved_root(args: argparse.Namespace) -> str:
@@ -150,7 +151,7 @@ def _mteb(args: argparse.Namespace) -> None:
         args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layer=args.layer, pooling=args.pooling,
         out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
         batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=_resolved_root(args),
-        dtype=args.dtype, allow_pickle=args.allow_pickle,
+        dtype=args.dtype, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
     print(table)
 
@@ -160,7 +161,8 @@ def _sweep(args: argparse.Namespace) -> None:
     from crossbert_eval.sweep import SweepConfig, run_sweep
 
     root = run_sweep(load_config(SweepConfig, args.config, args.overrides), submit=args.submitit)
-    print(f"report: {root / 'report.md'}")
+    report = root / "report.md"
+    print(f"report: {report}" if report.is_file() else f"{root}: no scores (no probe, geometry or mteb task); no report written")
 
 
 def _zoo(args: argparse.Namespace) -> None:
@@ -213,14 +215,18 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
     `model_max_length`: --max-length defaults to the model's own (mteb: MTEB truncates where the model does)."""
     if model_max_length:
         p.add_argument("--max-length", type=_positive_int, default=None,
-                       help="tokens per text (default: the model's own sentence-transformers max_seq_length, "
-                            "as MTEB runs it; else 128)")
+                       help="tokens per text, at most the model's positions (default: the model's own sentence-transformers "
+                            "max_seq_length, as MTEB runs it; else 128; fewer where the model has fewer positions)")
     else:
-        p.add_argument("--max-length", type=_positive_int, default=128)
+        p.add_argument("--max-length", type=_positive_int, default=None,
+                       help="tokens per text, at most the model's positions (default: 128, fewer where the model has fewer positions)")
     p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
                    help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
     p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the Python code a model folder carries (its auto_map) to load it: only for a folder you trust; "
+                        "recorded in every result row. Our own checkpoints never need it")
 
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
@@ -231,8 +237,15 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A wrong option is one line (what argparse says, and where help is), exit 2: not the usage block."""
+
+    def error(self, message: str):
+        self.exit(USER_ERROR_EXIT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 

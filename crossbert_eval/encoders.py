@@ -28,6 +28,7 @@ import crossbert_model  # noqa: F401  (registers the crossbert model type with A
 from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.hardware import autocast_dtype
+from crossbert_model.remote_code import code_allowed, from_pretrained
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
 from crossbert_model.errors import CrossbertError
 
@@ -38,6 +39,9 @@ DTYPES = ("fp32", "bf16", "auto")
 # Tokens per text when neither the caller nor the model (sentence-transformers' max_seq_length) says:
 # the sequence length our own models are pre-trained at, and the probes' default.
 DEFAULT_MAX_LENGTH = 128
+# tokenizer.model_max_length of a tokenizer that declares none (transformers' VERY_LARGE_INTEGER)
+UNDECLARED_LENGTH = 10**12
+LAYERS_EXPECTED = "all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer)"
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
 
@@ -180,6 +184,7 @@ class ModelSource:
     normalize: bool = False  # the model L2-normalises its sentence embeddings (sentence-transformers Normalize)
     max_seq_length: int | None = None  # the model's own truncation length (sentence-transformers), if it declares one
     hub_id: str | None = None  # "org/name" when resolved from the Hugging Face hub cache
+    positions: int | None = None  # max_position_embeddings of its config (ours: the sequence length it was trained at)
 
 
 # org/name, optionally @revision (branch, tag or commit): the shape of a Hugging Face hub model id
@@ -188,6 +193,7 @@ _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w
 # modules), vocabularies and safetensors weights; never ONNX/TF/Flax copies or pickles unless allowed.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
 HUB_PICKLE_PATTERNS = ["pytorch_model*.bin"]
+HUB_CODE_PATTERNS = ["*.py"]  # a repository's own code: fetched only when the user trusts it (--trust-remote-code)
 
 
 def hub_cache_dir() -> Path:
@@ -204,7 +210,7 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = False) -> Path:
+def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
     """The local snapshot of a hub model: from the cache when offline, downloaded (only what a frozen
     encoder needs) when online."""
     from huggingface_hub import snapshot_download
@@ -212,7 +218,7 @@ def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = 
 
     cache, offline = hub_cache_dir(), _hub_offline()
     label = f"{repo_id}@{revision}" if revision else repo_id
-    patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
+    patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else []) + (HUB_CODE_PATTERNS if trust_remote_code else [])
     try:
         folder = snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline, allow_patterns=patterns)
         return Path(folder)
@@ -232,9 +238,10 @@ def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = 
         raise EncoderError(f"model {label!r}: the Hugging Face hub refused the download ({str(e).splitlines()[0]})") from None
 
 
-def resolve_model(spec: str, allow_pickle: bool = False) -> ModelSource:
+def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> ModelSource:
     """A model argument -> the folder holding config.json + weights, and what kind of model it is.
-    `allow_pickle` only widens what is downloaded for a hub id (pytorch_model.bin as well)."""
+    `allow_pickle` and `trust_remote_code` only widen what is downloaded for a hub id (pytorch_model.bin,
+    the repository's *.py)."""
     if spec == "minilm":
         return _classify(minilm_path(), "sentence-transformers/all-MiniLM-L6-v2")
     path = Path(spec)
@@ -245,7 +252,7 @@ def resolve_model(spec: str, allow_pickle: bool = False) -> ModelSource:
                 f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, "
                 "a hub id org/name[@revision], or 'minilm')"
             )
-        snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle)
+        snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle, trust_remote_code)
         source = _classify(snapshot, spec)
         source.hub_id = hub["repo"]
         return source
@@ -287,6 +294,8 @@ def _classify(folder: Path, name: str) -> ModelSource:
             step = _read_json(state).get("step")
             name = f"{name}@{step}" if f"@{step}" not in name else name
     source = ModelSource(folder, kind or "hf", name, step, objective)
+    positions = config.get("max_position_embeddings")
+    source.positions = positions if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0 else None
     if layout is not None:
         source.normalize = layout.normalize
         source.max_seq_length = layout.max_seq_length
@@ -299,6 +308,45 @@ def _classify(folder: Path, name: str) -> ModelSource:
                 f"give an explicit pooling ({', '.join(POOLINGS)}) to probe its transformer anyway"
             )
     return source
+
+
+def parse_layers(spec: str | int | list) -> str | list[int]:
+    """'all', 'last', or the layer numbers of 'N', 'N,M,...' or [N, M]: checked before any model is loaded
+    (callers name their option in front of the EncoderError)."""
+    if spec in ("all", "last"):
+        return spec
+    try:
+        items = list(spec) if isinstance(spec, list) else [int(s) for s in str(spec).split(",")]
+    except ValueError:
+        items = []
+    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise EncoderError(f"expected {LAYERS_EXPECTED}, got {spec!r}")
+    return items
+
+
+def model_positions(source: ModelSource, tokenizer) -> int | None:
+    """The longest input the model has positions for: its config's max_position_embeddings, or fewer where
+    its tokenizer declares fewer (RoBERTa-like models keep two positions for padding)."""
+    declared = getattr(tokenizer, "model_max_length", None)
+    limits = [n for n in (source.positions, declared) if isinstance(n, int) and 0 < n < UNDECLARED_LENGTH]
+    return min(limits) if limits else None
+
+
+def fitted_max_length(source: ModelSource, tokenizer, asked: int | None, own: bool) -> int:
+    """Tokens per text. Asked for: taken as is, and it must fit the model's positions. Not asked for: the
+    default (with `own`, the model's own sentence-transformers max_seq_length, as MTEB runs it), or the
+    model's positions where it has fewer (our checkpoints: the sequence length they were trained at)."""
+    limit = model_positions(source, tokenizer)
+    if asked is not None:
+        if limit is not None and asked > limit:
+            raise EncoderError(f"--max-length {asked}: {source.name} has positions for at most {limit} tokens "
+                               f"(max_position_embeddings / the tokenizer's model_max_length); give at most {limit}")  # fmt: skip
+        return asked
+    default = (source.max_seq_length if own else None) or DEFAULT_MAX_LENGTH
+    if limit is not None and default > limit:
+        log.info("%s: %d tokens per text, its positions (the default is %d)", source.name, limit, default)
+        return limit
+    return default
 
 
 def check_weights(folder: Path, allow_pickle: bool) -> None:
@@ -319,47 +367,50 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
 
 class FrozenEncoder:
     def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp,
-                 max_batch_tokens: int):  # fmt: skip
+                 max_batch_tokens: int, trust_remote_code: bool = False):  # fmt: skip
         self.source, self.model, self.tokenizer = source, model, tokenizer
         self.max_length, self.batch_size, self.device, self.amp = max_length, batch_size, device, amp
         self.max_batch_tokens = max_batch_tokens
+        self.trust_remote_code = trust_remote_code  # the user let the folder's own code load it (every row says so)
         self.num_layers = model.config.num_hidden_layers  # transformer blocks; hidden states = num_layers + 1
         self.fingerprint = _weights_fingerprint(source.folder)
 
     @classmethod
     def load(
-        cls, spec: str, *, max_length: int | None = DEFAULT_MAX_LENGTH, batch_size: int = 256, dtype: str = "fp32",
-        device: str | None = None, max_batch_tokens: int = 8192, allow_pickle: bool = False,
+        cls, spec: str, *, max_length: int | None = None, own_length: bool = False, batch_size: int = 256, dtype: str = "fp32",
+        device: str | None = None, max_batch_tokens: int = 8192, allow_pickle: bool = False, trust_remote_code: bool = False,
     ):  # fmt: skip
         """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
         bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors.
-        `max_length` None: the model's own (sentence-transformers' max_seq_length, as MTEB runs it), else
-        DEFAULT_MAX_LENGTH."""
+        `max_length`: tokens per text, at most the model's positions; None: DEFAULT_MAX_LENGTH (with
+        `own_length`, the model's own sentence-transformers max_seq_length, as MTEB runs it), or the model's
+        positions where fewer (fitted_max_length). `trust_remote_code`: let a folder's own code load it
+        (crossbert_model.remote_code; never for our own checkpoints)."""
         from transformers import AutoModel, AutoTokenizer
 
         if dtype not in DTYPES:  # before any loading: a typo should not cost a model load
             raise EncoderError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)} (fp32 is the default for frozen features)")
         quiet_transformers()
-        source = resolve_model(spec, allow_pickle=allow_pickle)
+        source = resolve_model(spec, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
         check_weights(source.folder, allow_pickle)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(source.folder), local_files_only=True)
+            tokenizer = from_pretrained(AutoTokenizer, source.folder, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: no usable tokenizer ({e})") from None
+        max_length = fitted_max_length(source, tokenizer, max_length, own_length)
         try:
             # use_safetensors=True: transformers must never fall back to unpickling a .bin it finds
             safetensors_only = None if allow_pickle else True
-            model = AutoModel.from_pretrained(str(source.folder), local_files_only=True, use_safetensors=safetensors_only)
+            model = from_pretrained(AutoModel, source.folder, trust_remote_code=trust_remote_code, use_safetensors=safetensors_only)
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
-        if max_length is None:
-            max_length = source.max_seq_length or DEFAULT_MAX_LENGTH
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
         return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
-                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens)  # fmt: skip
+                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens,
+                   trust_remote_code=code_allowed(source.folder, trust_remote_code))  # fmt: skip
 
     @property
     def default_pooling(self) -> str:
@@ -395,6 +446,7 @@ class FrozenEncoder:
             "num_layers": self.num_layers,
             "max_length": self.max_length,
             "features_dtype": "bfloat16" if self.amp else "float32",
+            "trust_remote_code": self.trust_remote_code,
         }
 
     @property
@@ -412,12 +464,11 @@ class FrozenEncoder:
 
     def layer_indices(self, spec: str | int | list) -> list[int]:
         """'all' -> 0..N (0 = embeddings), 'last' -> N, '3' / '0,3,6' / [0, 3] -> those."""
-        n = self.num_layers
-        if spec == "all":
+        n, items = self.num_layers, parse_layers(spec)
+        if items == "all":
             return list(range(n + 1))
-        if spec == "last":
+        if items == "last":
             return [n]
-        items = spec if isinstance(spec, list) else [int(s) for s in str(spec).split(",")]
         out = [i if i >= 0 else n + 1 + i for i in items]
         bad = [i for i in out if not 0 <= i <= n]
         if bad:
@@ -528,6 +579,14 @@ class FeatureCache:
             for k in missing:
                 with atomic_path(paths[k]) as tmp:
                     with open(tmp, "wb") as f:
-                        np.save(f, fresh[k])
+                        np.save(_WriteOnly(f), fresh[k])
                 out[k] = fresh[k]
         return out
+
+
+class _WriteOnly:
+    """A file seen through write() alone. numpy writes an array to a real file with C's fwrite, whose error on a
+    full disk carries no errno ('N requested and M written'); through write() it is the OSError of the disk."""
+
+    def __init__(self, file):
+        self.write = file.write

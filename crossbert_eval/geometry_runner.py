@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from . import geometry as G
 from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
-from .probe import ProbeError, _choices_error, row_base
+from .probe import ProbeError, _choices_error, check_layers_option, row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -56,6 +56,7 @@ class GeometrySettings:
                 raise _choices_error("--pooling", POOLINGS, self.poolings)
         if not self.tasks:
             raise ProbeError("--tasks: expected one or more task names, got none")
+        check_layers_option("--layers", self.layers)
 
 
 def protocol_for(task: Task) -> dict:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from .encoders import FeatureCache, FrozenEncoder
+from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
 from .results import ResultsStore, unit_key
 from .tasks import Task, TaskDataMissing, TaskError, all_tasks, tasks_dir
 from crossbert_model.errors import CrossbertError
@@ -577,12 +577,14 @@ def run_mteb(
     model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str | int = "last", pooling: str | None = None,
     out_dir: str | Path = "runs/mteb", results_dir: str | None = None, feature_cache: str | None = "runs/features",
     batch_size: int = 256, max_length: int | None = None, overwrite: bool = False, data_root=None, normalize: bool | None = None,
-    cache_layers: list[int] | None = None, dtype: str = "fp32", allow_pickle: bool = False,
+    cache_layers: list[int] | None = None, dtype: str = "fp32", allow_pickle: bool = False, trust_remote_code: bool = False,
 ):  # fmt: skip
     """Run mteb on `model`; return (rows, table text). Rows also go to the results store.
     `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `max_length`
     None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs truncate at), else
-    128; `dtype` and `allow_pickle` as FrozenEncoder.load (fp32, safetensors only) when `model` is a name."""
+    128, at most the model's positions; `dtype`, `allow_pickle` and `trust_remote_code` as FrozenEncoder.load
+    (fp32, safetensors only, none of the folder's code) when `model` is a name."""
+    check_one_layer(layer)  # before a model is loaded
     started = time.perf_counter()
     out_dir = Path(out_dir)
     configure_offline(out_dir)
@@ -591,7 +593,8 @@ def run_mteb(
     if isinstance(model, FrozenEncoder):
         encoder = model
     else:
-        encoder = FrozenEncoder.load(model, max_length=max_length, batch_size=batch_size, dtype=dtype, allow_pickle=allow_pickle)
+        encoder = FrozenEncoder.load(model, max_length=max_length, own_length=True, batch_size=batch_size, dtype=dtype,
+                                     allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
     # recorded as the probe runner records it: "user", or where the model's own pooling came from
     (pooling,), pooling_source = encoder.poolings_and_source([pooling] if pooling else None)
     (layer_index,) = encoder.layer_indices(layer)
@@ -627,6 +630,16 @@ def run_mteb(
     store.append(rows if overwrite else new)
     log.info("mteb results: %s", out_dir / "results" / meta.name.replace("/", "__") / meta.revision)
     return rows, mteb_table(rows, plan, wall_s=time.perf_counter() - started)
+
+
+def check_one_layer(layer: str | int) -> None:
+    """mteb scores one layer per run: 'last' or one layer number (--layer)."""
+    try:
+        items = parse_layers(layer)
+    except EncoderError as e:
+        raise MtebError(f"--layer: {e}") from None
+    if items == "all" or (isinstance(items, list) and len(items) != 1):
+        raise MtebError(f"--layer: expected last or one layer number N (mteb scores one layer per run), got {layer!r}")
 
 
 def result_rows(

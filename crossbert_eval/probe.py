@@ -27,7 +27,7 @@ from .metrics import score
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash
 
-from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
+from .encoders import POOLINGS, EncoderError, FeatureCache, FrozenEncoder, parse_layers, texts_digest
 from .results import BUSY, CLAIMED, DONE, ResultsStore, probe_variant, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -86,6 +86,7 @@ class ProbeSettings:
             raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
         if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
             raise ProbeError(f"max_train: expected a positive integer (unset: the whole train split), got {self.max_train!r}")
+        check_layers_option("--layers", self.layers)
 
     def protocol_constants(self) -> dict:
         return {
@@ -105,6 +106,14 @@ def _is_int(value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def check_layers_option(option: str, spec) -> None:
+    """A layer spec checked before any model is loaded; the error names the option."""
+    try:
+        parse_layers(spec)
+    except EncoderError as e:
+        raise ProbeError(f"{option}: {e}") from None
 
 
 def _choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
@@ -418,6 +427,8 @@ def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> Probe
     """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle)."""
     settings.validate()  # a wrong option or a broken task file should not cost a model load
     tasks = resolve_tasks(settings.tasks)
+    if not tasks:
+        raise ProbeError(f"--tasks: expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
     encoder = FrozenEncoder.load(model, **encoder_options)
     runner = ProbeRunner(encoder, settings)
     runner.frame = runner.run(tasks)

@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.claims import BUSY, CLAIMED, DONE, Claims, timestamp  # noqa: F401  (claim() outcomes, re-exported)
-from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import (
     append_jsonl,
     atomic_path,
     atomic_write_text,
+    jsonl_row,
     provenance,
     read_jsonl,
     stable_hash,
@@ -111,12 +111,7 @@ class ResultsStore:
             chunk = f.read(st.st_size - offset)
         whole = chunk[: chunk.rfind(b"\n") + 1]  # a torn tail is not a row (yet)
         for line in whole.splitlines():
-            try:
-                unit = json.loads(line).get("unit")
-            except ValueError:
-                raise CrossbertError(
-                    f"{self.path}: a line after byte {offset} is not JSON; remove or fix it (read_jsonl names the line)"
-                ) from None
+            unit = jsonl_row(line, f"{self.path} (a line after byte {offset})").get("unit")
             if unit:
                 self._done.add(unit)
         self._seen = (st.st_ino, offset + len(whole))

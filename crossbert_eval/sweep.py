@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +33,10 @@ from pathlib import Path
 from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
-from crossbert_model.config import parameter_counts, training_flops_per_token
+from crossbert_model.config import OBJECTIVES, PRESETS, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
-from crossbert_model.train import TrainConfig, model_config_from_args, unigram_entropies_for_run, validate_config
+from crossbert_model.train import TrainConfig, check_seed, model_config_from_args, unigram_entropies_for_run, validate_config
+from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import (
     append_jsonl,
     atomic_write_json,
@@ -156,36 +158,79 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
     if cfg.reference_objective is not None and cfg.reference_objective not in names:
         raise ConfigError(f"sweep field 'reference_objective': expected one of the objectives ({', '.join(names)}), "
                           f"got {cfg.reference_objective!r}")  # fmt: skip
+    _check_grid(cfg)
     _check_probe_settings(cfg)
     for name in ("claim_lease_s", "worker_poll_s"):
         if not getattr(cfg, name) > 0:
             raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {getattr(cfg, name)!r}")
-    runs = []
-    for size in cfg.sizes:
-        for obj in cfg.objectives:
-            for seed in cfg.seeds:
-                data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
-                data = deep_merge(data, {
-                    "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
-                    "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
-                              "complementary_masking": obj.complementary_masking, **obj.model},
-                })  # fmt: skip
-                if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
-                    data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
-                tc = from_dict(TrainConfig, data)
-                flops_per_token = planned_flops_per_token(tc)
-                tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
-                tc.max_tokens = None
-                tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
-                tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
-                tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
-                validate_config(tc)  # a bad train override fails here, before any run of the sweep starts
-                runs.append(RunSpec(obj, size, seed, tc, flops_per_token))
+    runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in cfg.seeds]
     return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
+
+
+def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:
+    data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
+    data = deep_merge(data, {
+        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
+        "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
+                  "complementary_masking": obj.complementary_masking, **obj.model},
+    })  # fmt: skip
+    if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
+        data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
+    try:
+        tc = from_dict(TrainConfig, data)
+        validate_config(tc)  # a bad train override fails here, before any run of the sweep starts (and before its FLOPs are counted)
+        flops_per_token = planned_flops_per_token(tc)
+        tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
+        tc.max_tokens = None
+        tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
+        tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
+        tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
+        validate_config(tc)
+    except ConfigError as e:
+        raise ConfigError(f"sweep run {data['name']}: {e}") from None
+    return RunSpec(obj, size, seed, tc, flops_per_token)
+
+
+# An objective's name names its runs' folders (<name>-<size>-s<seed>).
+RUN_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def _check_grid(cfg: SweepConfig) -> None:
+    """Sizes, objectives, seeds and checkpoint fractions: each list given, no entry twice (a run named twice
+    would be trained once and reported twice), every entry valid."""
+    for key in ("sizes", "objectives", "seeds", "checkpoint_fractions"):
+        if not getattr(cfg, key):
+            raise ConfigError(f"sweep field {key!r}: expected a list of one or more, got an empty one")
+    _unique("sizes", cfg.sizes)
+    _unique("objectives", [o.name for o in cfg.objectives], what="name")
+    _unique("seeds", cfg.seeds)
+    for i, size in enumerate(cfg.sizes):
+        if size not in PRESETS:
+            raise ConfigError(f"sweep field 'sizes[{i}]': expected one of {', '.join(PRESETS)}, got {size!r}")
+    for i, obj in enumerate(cfg.objectives):
+        if not isinstance(obj.name, str) or not RUN_NAME_PART.fullmatch(obj.name):
+            raise ConfigError(f"sweep field 'objectives[{i}].name': expected letters, digits, '_', '.', '+' or '-' "
+                              f"(it names run folders <name>-<size>-s<seed>), got {obj.name!r}")  # fmt: skip
+        if obj.objective not in OBJECTIVES:
+            raise ConfigError(f"sweep field 'objectives[{i}].objective': expected one of {', '.join(OBJECTIVES)}, got {obj.objective!r}")
+    for i, seed in enumerate(cfg.seeds):
+        check_seed(f"seeds[{i}]", seed, kind="sweep field")
+    for i, fraction in enumerate(cfg.checkpoint_fractions):
+        if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0 < fraction <= 1):
+            raise ConfigError(f"sweep field 'checkpoint_fractions[{i}]': expected a fraction of the run in (0, 1], got {fraction!r}")
+
+
+def _unique(key: str, values: list, what: str = "entry") -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"sweep field {key!r}: the {what} {value!r} is given twice; each must be given once")
+        seen.add(value)
 
 
 def _check_probe_settings(cfg: SweepConfig) -> None:
     """The probe fields, checked before any run trains (crossbert_eval.probe.ProbeSettings.validate)."""
+    from crossbert_eval.encoders import EncoderError, parse_layers
     from crossbert_eval.probe import ProbeError, ProbeSettings
 
     try:
@@ -193,6 +238,28 @@ def _check_probe_settings(cfg: SweepConfig) -> None:
                       feature_transforms=cfg.feature_transforms)  # fmt: skip
     except ProbeError as e:
         raise ConfigError(f"sweep fields 'probes' / 'poolings' / 'max_probe_train' / 'feature_transforms': {e}") from None
+    for key in ("probe_layers", "intermediate_layers", "mteb_layers"):
+        try:
+            parse_layers(getattr(cfg, key))
+        except EncoderError as e:
+            raise ConfigError(f"sweep field {key!r}: {e}") from None
+
+
+def check_tasks(cfg: SweepConfig) -> None:
+    """Every probe, geometry and mteb task of the sweep exists, before any run trains."""
+    from crossbert_eval.mteb_runner import resolve_mteb_tasks
+    from crossbert_eval.tasks import resolve_tasks
+
+    for key in ("probe_tasks", "geometry_tasks"):
+        try:
+            resolve_tasks(getattr(cfg, key))
+        except CrossbertError as e:
+            raise ConfigError(f"sweep field {key!r}: {e}") from None
+    if cfg.mteb_tasks:
+        try:
+            resolve_mteb_tasks(cfg.mteb_tasks, None, cfg.data_root)
+        except CrossbertError as e:
+            raise ConfigError(f"sweep field 'mteb_tasks': {e}") from None
 
 
 # Sweep fields that do not change what a run's probes compute: a run recorded complete stays complete
@@ -225,6 +292,7 @@ class Sweep:
         self.cfg = cfg
         self.root = cfg.root
         self.runs = plan_runs(cfg)
+        check_tasks(cfg)
         self.rank = int(os.environ.get("RANK", "0"))
         self.results_dir = self.root / "results"
         self.checkpoints_file = self.root / "checkpoints.jsonl"

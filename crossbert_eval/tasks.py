@@ -48,6 +48,7 @@ import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import yaml
@@ -535,8 +536,7 @@ class Task:
         fields = list(fields if fields is not None else self.data.fields or [])
         optional = list(optional if optional is not None else self.data.optional_fields or [])
         rows = []
-        for record in reader:
-            lineno = reader.line_num
+        for lineno, record in _csv_records(reader, path, fmt):
             if not record or (len(record) == 1 and not record[0].strip()):
                 continue
             if header and not fields:
@@ -672,6 +672,20 @@ class Task:
         return self._to_split(rows, split, f"hub:{hub.path}", None)
 
 
+def _csv_records(reader, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a csv reader; a line the csv module refuses (a field over its size limit, an
+    unclosed quote running on) is a TaskError naming it."""
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise TaskError(f"{path}:{reader.line_num}: not a valid {fmt.upper()} line ({e}); check the file, "
+                            "data.delimiter and data.quoting") from None  # fmt: skip
+        yield reader.line_num, record
+
+
 def _resolved_root(root: str | os.PathLike | None) -> Path | None:
     """The data root for `root`. A root that was given but is missing is the resolver's error; with
     none given and none found, None: the data is then reported missing (or read from the hub)."""
@@ -759,7 +773,64 @@ def parse_task_file(path: Path) -> Task:
         raise TaskError(f"{path}: a pair task needs columns.text_pair")
     if spec["target"] == "class" and "labels" not in spec:
         raise TaskError(f"{path}: a class task needs `labels` (a list, a mapping, or infer); without labels it cannot be probed")
-    return Task(**{**spec, **typed}, source_file=path)
+    task = Task(**{**spec, **typed}, source_file=path)
+    _check_inside_root(task)
+    _check_train_apart(task)
+    return task
+
+
+def _check_inside_root(task: Task) -> None:
+    """Every file a task reads lies under the data root: no absolute path, no way out with '..'."""
+    local = task.data.local or ""
+    reads = [("data.local", [local])]
+    reads += [(f"data.{key}", [local, task.data.get(key)]) for key in ("corpus", "queries") if task.data.get(key)]
+    for where, parts in reads + _split_parts(task):
+        if _leaves_root(parts):
+            raise TaskError(f"{task.source_file}: {where} reads {os.path.join(*parts)!r}, outside the data root "
+                            "(an absolute path or '..'); task data must lie under the data root (--data-root)")  # fmt: skip
+
+
+def _split_parts(task: Task) -> list[tuple[str, list[str]]]:
+    """(splits.NAME, path parts under the data root) of every file of every split."""
+    out = []
+    for split, entries in task.splits.items():
+        for entry in entries:
+            if isinstance(entry, SplitFileSpec):
+                out += [(f"splits.{split}", [entry.folder or task.data.local or "", f]) for f in entry.files]
+            else:
+                out.append((f"splits.{split}", [task.data.local or "", entry]))
+    return out
+
+
+def _leaves_root(parts: list[str]) -> bool:
+    joined = os.path.normpath(os.path.join(*parts))
+    return os.path.isabs(joined) or joined == ".." or joined.startswith("../")
+
+
+def _check_train_apart(task: Task) -> None:
+    """A probe trained on its evaluation data scores what it memorised: a task whose training split reads a
+    file (with the same row selection) that an evaluation split reads is refused."""
+    if task.train_split not in task.splits:  # none, or a holdout split (Task._holdout_split keeps its sides apart)
+        return
+    train = _split_sources(task, task.train_split)
+    for split in task.eval_splits:
+        shared = train & _split_sources(task, split) if split in task.splits else set()
+        if split == task.train_split or shared:
+            files = ", ".join(sorted(f for source in shared for f in source[0])) or f"split {split!r}"
+            raise TaskError(f"{task.source_file}: the training split {task.train_split!r} and the evaluation split {split!r} "
+                            f"read the same data ({files}); a probe must be evaluated on data it was not trained on")  # fmt: skip
+
+
+def _split_sources(task: Task, split: str) -> set[tuple]:
+    """What each entry of a split reads: (its files, normalised, and its row selection)."""
+    sources = set()
+    for entry in task.splits[split]:
+        if isinstance(entry, SplitFileSpec):
+            files = tuple(os.path.normpath(os.path.join(entry.folder or task.data.local or "", f)) for f in entry.files)
+            sources.add((files, tuple(sorted((str(k), str(v)) for k, v in (entry.select or {}).items()))))
+        else:
+            sources.add(((os.path.normpath(os.path.join(task.data.local or "", entry)),), ()))
+    return sources
 
 
 SECTIONS = {"data": DataSpec, "columns": ColumnsSpec, "holdout": HoldoutSpec, "mteb": MtebSpec}

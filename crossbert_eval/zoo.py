@@ -68,6 +68,8 @@ class ZooModel:
     name: str | None = None  # display name (default: the model argument); unique within the zoo
     family: str | None = None  # the line this model belongs to in the size plots (default: its name)
     pooling: str | None = None  # mean | cls | max; default: the sentence-transformers config, else mean
+    # run the Python the model folder carries (auto_map) to load it: only for a folder you trust (recorded in its rows)
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -85,7 +87,7 @@ class ZooConfig:
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
     mteb_layers: str = "last"  # all | last | N,M,...: layers mteb evaluates (features of every layer are cached)
     batch_size: int = 128  # encoding
-    max_length: int = 128
+    max_length: int | None = None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
     dtype: str = "fp32"  # fp32 | bf16 | auto: as FrozenEncoder.load
     features_dir: str | None = None  # feature cache (default: <root>/features); zoos may share one
     data_root: str | None = None
@@ -202,9 +204,10 @@ def validate_config(cfg: ZooConfig) -> None:
         names[name] = i
     if cfg.dtype not in ("fp32", "bf16", "auto"):
         raise ConfigError(f"zoo field 'dtype': expected fp32, bf16 or auto, got {cfg.dtype!r}")
-    for key in ("batch_size", "max_length"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"zoo field {key!r}: expected a positive integer, got {getattr(cfg, key)!r}")
+    for key, optional in (("batch_size", False), ("max_length", True)):
+        value = getattr(cfg, key)
+        if not (optional and value is None) and value < 1:
+            raise ConfigError(f"zoo field {key!r}: expected a positive integer{' (or unset)' * optional}, got {value!r}")
     for key in ("probe_layers", "mteb_layers"):
         _check_layers(key, getattr(cfg, key))
     if cfg.probe_tasks:
@@ -219,12 +222,12 @@ def validate_config(cfg: ZooConfig) -> None:
 
 
 def _check_layers(key: str, spec) -> None:
-    if spec in ("all", "last"):
-        return
+    from crossbert_eval.encoders import EncoderError, parse_layers
+
     try:
-        [int(s) for s in str(spec).split(",")]
-    except ValueError:
-        raise ConfigError(f"zoo field {key!r}: expected all, last or layer numbers N[,M,...], got {spec!r}") from None
+        parse_layers(spec)
+    except EncoderError as e:
+        raise ConfigError(f"zoo field {key!r}: {e}") from None
 
 
 def preflight(cfg: ZooConfig) -> None:
@@ -288,7 +291,8 @@ class Zoo:
         log.info("zoo %s: model %d/%d %s (%s)", cfg.name, index + 1, len(cfg.models), name, entry.model)
         with self.timed("load", name):
             try:
-                encoder = FrozenEncoder.load(entry.model, max_length=cfg.max_length, batch_size=cfg.batch_size, dtype=cfg.dtype)
+                encoder = FrozenEncoder.load(entry.model, max_length=cfg.max_length, batch_size=cfg.batch_size, dtype=cfg.dtype,
+                                             trust_remote_code=entry.trust_remote_code)  # fmt: skip
             except CrossbertError as e:
                 raise ZooError(f"zoo models[{index}] ({name}): {e}") from None
         requested = [entry.pooling] if entry.pooling else None  # None: the model's own, recorded as such

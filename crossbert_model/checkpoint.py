@@ -27,8 +27,9 @@ from safetensors.torch import load_file
 
 from .config import CrossBertConfig
 from .model import PRETRAINING_CLASSES
+from .remote_code import from_pretrained
 from .utils import atomic_path, atomic_write_json
-from .errors import CrossbertError
+from .errors import CrossbertError, quoted_os_error
 
 log = logging.getLogger(__name__)
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -72,14 +73,18 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 def save_checkpoint(
     path: Path, model, model_state: dict, tokenizer, trainer_state: dict, optimizer_state: dict | None
 ) -> Path:
-    """Write one complete checkpoint folder atomically. `model_state` is the full (gathered) state dict."""
-    with atomic_path(path, is_dir=True) as tmp:
-        model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if optimizer_state is not None:
-            torch.save(optimizer_state, tmp / "optimizer.pt")
-        atomic_write_json(tmp / "trainer_state.json", trainer_state)
-        (tmp / COMPLETE_MARKER).write_text(f"step {trainer_state.get('step')}\n")  # last: everything above is written
+    """Write one complete checkpoint folder atomically. `model_state` is the full (gathered) state dict. A full
+    disk is an OSError naming the folder (nothing of it is left), whichever library was writing."""
+    try:
+        with atomic_path(path, is_dir=True) as tmp:
+            model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            if optimizer_state is not None:
+                torch.save(optimizer_state, tmp / "optimizer.pt")
+            atomic_write_json(tmp / "trainer_state.json", trainer_state)
+            (tmp / COMPLETE_MARKER).write_text(f"step {trainer_state.get('step')}\n")  # last: everything above is written
+    except (SafetensorError, RuntimeError) as e:
+        raise quoted_os_error(e, path) or e from None
     return path
 
 
@@ -156,4 +161,4 @@ def pretraining_model_from_pretrained(path: str | Path):
     """The pre-training model (encoder + head or predictor) of a checkpoint, whatever its objective."""
     config = read_config(Path(path))
     check_model_file(Path(path))
-    return PRETRAINING_CLASSES[config.objective].from_pretrained(str(path), local_files_only=True)
+    return from_pretrained(PRETRAINING_CLASSES[config.objective], path, trust_remote_code=False)

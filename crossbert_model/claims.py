@@ -12,6 +12,14 @@ step. A claim is stale, and taken over, when its process is gone (same host: the
 or when it has not been renewed for `timeout_s` (the only sign a process on another host can give:
 it may have died, or its host may be down). Used by the results store (probe units) and by sweeps
 (runs, held by a heartbeat while they train and probe).
+
+A folder that one process at a time may work in (a training run) is held whole instead:
+
+    with exclusive_folder(run_dir, "being trained"):   # a second process gets one line naming the holder
+        ...train...
+
+an exclusive `filelock` on `<folder>/.lock`, which the kernel drops when its process dies (nothing goes
+stale), with the holder (pid, host, since) beside it in `.lock.owner.json` for the refusal's message.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from filelock import FileLock, Timeout
+
+from .errors import CrossbertError
 from .utils import atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -34,6 +45,13 @@ log = logging.getLogger(__name__)
 CLAIMED = "claimed"  # ours now: do it
 DONE = "done"  # already done (is_done said so)
 BUSY = "busy"  # a live process holds it
+
+FOLDER_LOCK = ".lock"
+FOLDER_OWNER = ".lock.owner.json"
+
+
+class FolderBusy(CrossbertError):
+    """Another live process holds the folder (exclusive_folder)."""
 
 
 class Claims:
@@ -125,6 +143,40 @@ class Claims:
     def _write(self, key: str, owner: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self._path(key), json.dumps(owner))
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: str | os.PathLike, doing: str) -> Iterator[None]:
+    """Hold `folder` (created if missing) while the body runs; FolderBusy at once, naming the holder, when
+    another process holds it. A folder this call created and left holding nothing but the lock is removed
+    again, so a command refused later (a bad input found after the lock) leaves nothing behind."""
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock, owner_file = FileLock(folder / FOLDER_LOCK), folder / FOLDER_OWNER
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise FolderBusy(f"{folder}: {doing} by another process ({_holder(owner_file)}); wait for it to end, "
+                         "or stop it: the next start resumes") from None  # fmt: skip
+    try:
+        atomic_write_text(owner_file, json.dumps({**this_process(), "time": timestamp()}))
+        yield
+    finally:
+        owner_file.unlink(missing_ok=True)
+        lock.release()
+        if created and [p.name for p in folder.iterdir()] == [FOLDER_LOCK]:
+            (folder / FOLDER_LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another process may have just put something there
+                folder.rmdir()
+
+
+def _holder(owner_file: Path) -> str:
+    try:
+        owner = json.loads(owner_file.read_text())
+        return f"pid {owner['pid']} on {owner['host']} since {owner['time']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "it has not said who it is yet"
 
 
 def this_process() -> dict:

@@ -56,6 +56,11 @@ class CrossBertConfig(PretrainedConfig):
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
             )
+        if (hidden_size // num_attention_heads) % 2:  # rotary embeddings turn pairs of dimensions
+            raise ValueError(
+                f"config fields 'hidden_size' ({hidden_size}) / 'num_attention_heads' ({num_attention_heads}) give a head "
+                f"dimension of {hidden_size // num_attention_heads}; rotary position embeddings need an even one"
+            )
         if mlp_type not in ("gelu", "swiglu"):
             raise ValueError(f"config field 'mlp_type': expected 'gelu' or 'swiglu', got {mlp_type!r}")
         if norm_type not in ("layernorm", "rmsnorm"):
@@ -96,6 +101,11 @@ class CrossBertConfig(PretrainedConfig):
             raise ValueError(
                 f"config field 'predictor_hidden_size' ({self.predictor_hidden_size}) must be divisible by "
                 f"'predictor_heads' ({self.predictor_heads})"
+            )
+        if (self.predictor_hidden_size // self.predictor_heads) % 2:
+            raise ValueError(
+                f"config fields 'predictor_hidden_size' ({self.predictor_hidden_size}) / 'predictor_heads' ({self.predictor_heads}) "
+                "give an odd head dimension; rotary position embeddings need an even one"
             )
         self.predictor_intermediate_size = predictor_intermediate_size or 4 * self.predictor_hidden_size
         self.mask_token_id = mask_token_id

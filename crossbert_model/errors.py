@@ -1,44 +1,126 @@
-"""The one base class of the tool's own errors.
+"""The one base class of the tool's own errors, and how every entry point ends on one.
 
 A `CrossbertError` is a mistake in what the user gave (a config key, an option, a data file, a
 checkpoint): its message names the file, field or option and what was expected. The command line
-prints that message alone and exits 2; `--debug` (or CROSSBERT_DEBUG=1) shows the traceback too.
-Anything else is a bug in the tool and keeps its traceback.
+prints that message alone, on one line, and exits 2; `--debug` (or CROSSBERT_DEBUG=1) shows the
+traceback too. A file system that refuses a write (read-only, full, a folder where a file belongs) is
+the user's to fix as well: one line naming the path, exit 2. Ctrl-C and SIGTERM end the command with
+one line saying what was kept (exit 130 / 143). Anything else is a bug in the tool and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import signal
 import sys
+import threading
 from typing import Iterator
 
 DEBUG_ENV = "CROSSBERT_DEBUG"
 USER_ERROR_EXIT = 2
+# What the shell reports for a process ended by these signals (128 + signal number).
+INTERRUPT_EXIT = 128 + signal.SIGINT
+TERMINATE_EXIT = 128 + signal.SIGTERM
+KEPT = "completed work is kept; run the same command again to resume"
+_ELSEWHERE = "a read-only or protected place: point the command at another folder"
+_FULL = "free some space and run the same command again; completed work is kept"
+
+# errno of a file system the user can fix, and what to tell them
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES: _ELSEWHERE,
+    errno.EPERM: _ELSEWHERE,
+    errno.EROFS: _ELSEWHERE,
+    errno.ENOSPC: f"the disk is full: {_FULL}",
+    errno.EDQUOT: f"the disk quota is used up: {_FULL}",
+    errno.EFBIG: "the file size limit (ulimit -f) is reached: raise it and run the same command again; completed work is kept",
+    errno.EISDIR: "expected a file, found a folder",
+    errno.ENOTDIR: "a part of this path is a file, not a folder",
+    errno.ENAMETOOLONG: "the path is too long",
+}
+# How libraries with their own exception types quote the OSError under it (safetensors: "(os error 28)")
+QUOTED_ERRNO = re.compile(r"os error (\d+)|\[Errno (\d+)\]")
 
 
 class CrossbertError(Exception):
     """A user-facing error: one clear line, exit code 2."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it ends as Ctrl-C does: completed work kept."""
+
+
 def debug_requested(argv: list[str] | None = None) -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0") or "--debug" in (argv or [])
 
 
+def one_line(message: str) -> str:
+    """A message as one line: libraries' messages that we quote may span several."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def environment_error(error: OSError) -> str | None:
+    """The one line for a file system error the user can fix; None for any other OSError (a bug)."""
+    advice = ENVIRONMENT_ERRNOS.get(error.errno)
+    if advice is None:
+        return None
+    where = error.filename if error.filename is not None else "a file"
+    return f"{where}: {error.strerror or os.strerror(error.errno)} ({advice})"
+
+
+def quoted_os_error(error: Exception, filename) -> OSError | None:
+    """The file system error a library quotes inside its own exception (safetensors' SafetensorError on a full
+    disk), as an OSError about `filename`; None when it quotes none."""
+    match = QUOTED_ERRNO.search(str(error))
+    if match is None:
+        return None
+    code = int(match.group(1) or match.group(2))
+    return OSError(code, os.strerror(code), str(filename))
+
+
 @contextlib.contextmanager
-def exit_on_user_error(prog: str, debug: bool = False) -> Iterator[None]:
-    """Around a command: a CrossbertError becomes one line on stderr and exit code 2 (the traceback
-    only with debug); Ctrl-C becomes one line and exit code 130. Other exceptions are bugs and
-    propagate with their traceback."""
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated in the main thread while the body runs (the previous handler after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def exit_on_user_error(prog: str, debug: bool = False) -> Iterator[None]:
+    """Around a command: a CrossbertError or a file system error the user can fix becomes one line on
+    stderr and exit code 2 (the traceback only with debug); Ctrl-C / SIGTERM become one line saying what
+    was kept (the interrupted code may put it in the exception's message) and exit code 130 / 143. Other
+    exceptions are bugs and propagate with their traceback."""
+    try:
+        with terminate_as_interrupt():
+            yield
     except CrossbertError as e:
-        if debug:
+        _exit(prog, f"error: {one_line(e)}", USER_ERROR_EXIT, debug)
+    except OSError as e:
+        message = environment_error(e)
+        if message is None:
             raise
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        raise SystemExit(USER_ERROR_EXIT) from None
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(f"{prog}: interrupted (completed work is kept; run the same command again to resume)", file=sys.stderr)
-        raise SystemExit(130) from None
+        _exit(prog, f"error: {message}", USER_ERROR_EXIT, debug)
+    except KeyboardInterrupt as e:
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        _exit(prog, f"{what}: {one_line(e) or KEPT}", TERMINATE_EXIT if isinstance(e, Terminated) else INTERRUPT_EXIT, debug)
+
+
+def _exit(prog: str, line: str, code: int, debug: bool) -> None:
+    """Called in an except clause: with debug, the exception being handled goes on, traceback and all."""
+    if debug:
+        raise
+    print(f"{prog}: {line}", file=sys.stderr)
+    raise SystemExit(code) from None

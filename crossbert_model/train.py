@@ -26,6 +26,7 @@ checkpointed). On the CPU reading costs nothing, so they are read and checked at
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -49,6 +50,7 @@ from .args import ConfigError, deep_merge, diff_dicts, dump_yaml, load_config, r
 from .checkpoint import (
     CheckpointError,
     checkpoint_dir,
+    latest_checkpoint,
     list_checkpoints,
     load_model_state,
     load_optimizer_state,
@@ -56,6 +58,7 @@ from .checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
+from .claims import exclusive_folder
 from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, describe, training_flops_per_token
 from .data import CorpusData, DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
 from .data import unigram_counts
@@ -159,10 +162,13 @@ NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
     "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
+    "data.trust_remote_code",
 }  # fmt: skip
 
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
 KEEP_PERIODIC = 2
+# Seeds: torch.manual_seed takes at most 64 bits, numpy's SeedSequence no negative number.
+MAX_SEED = 2**63 - 1
 
 
 class TrainingDivergedError(CrossbertError, RuntimeError):
@@ -231,8 +237,15 @@ def _boolean(name: str, value) -> None:
     _require(isinstance(value, bool), name, "true or false", value)
 
 
+def check_seed(name: str, value, kind: str = "config field") -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+    if not ok:
+        raise ConfigError(f"{kind} {name!r}: expected an integer from 0 to 2**63 - 1, got {value!r}")
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
+    check_seed("seed", cfg.seed)
     if cfg.max_tokens is None:
         _positive_int("steps", cfg.steps)
     _positive_int("max_tokens", cfg.max_tokens, optional=True)
@@ -281,6 +294,7 @@ def _validate_data(d: DataArgs) -> None:
     _positive_int("data.vocab_size", d.vocab_size)
     _number_in("data.val_fraction", d.val_fraction, 0.0, 1.0, False, True)
     _positive_int("data.max_documents", d.max_documents, optional=True)
+    _boolean("data.trust_remote_code", d.trust_remote_code)
 
 
 def _validate_optim(o: OptimArgs) -> None:
@@ -525,6 +539,7 @@ class Trainer:
         if not self.env.is_main:
             self.data = prepare_data(cfg.data)
 
+        self.validation = validation_plan(cfg, self.data)
         self.model_config = build_model_config(cfg, self.data.tokenizer)
         self.max_loss = divergence_threshold(self.model_config.vocab_size)
         # Where a model that knows only token frequencies stands: recorded in run_info.json and beside
@@ -576,6 +591,7 @@ class Trainer:
                 # Forget metrics logged after the checkpoint (all of them when starting over, as after a
                 # divergence before the first checkpoint): they will be produced again.
                 rows = [r for r in read_jsonl(metrics_file) if path is not None and r["step"] <= step]
+                rows = list({r["step"]: r for r in rows}.values())  # one row a step (older files may hold steps twice)
                 atomic_write_text(metrics_file, "".join(json.dumps(r) + "\n" for r in rows))
         if path is not None:
             (log.info if self.env.is_main else log.debug)("resumed %s from %s (step %d of %d)", self.run_dir, path, step, self.total_steps)
@@ -599,6 +615,7 @@ class Trainer:
             "divergence_threshold": self.max_loss,
             "masking_scheme": MASKING_SCHEME,
             "unigram_entropies": {**self.unigram_entropies, "smoothing": SMOOTHING},
+            "validation": self.validation,
             "data": self.data.meta,
             "config_history": history,
             **provenance(),
@@ -635,9 +652,11 @@ class Trainer:
                 path.rename(aside)
         if candidates and loaded[1] is None:
             # Starting over silently would overwrite what the folder holds: the user decides.
+            diverged = len(candidates) - len(damaged)
+            why = [f"{len(damaged)} damaged, renamed *.corrupt"] * bool(damaged) + [f"{diverged} diverged"] * bool(diverged)
             raise CheckpointError(
-                f"{self.run_dir / 'checkpoints'}: no usable checkpoint to resume from "
-                f"({len(damaged)} damaged, renamed *.corrupt; the others diverged); remove the run folder to start over"
+                f"{self.run_dir / 'checkpoints'}: no usable checkpoint to resume from ({'; '.join(why)}); "
+                "remove the run folder to start over"
             )
         return loaded
 
@@ -885,13 +904,52 @@ class Trainer:
 def train(cfg: TrainConfig) -> Path:
     set_offline_env()
     quiet_transformers()
+    validate_config(cfg)  # before the run folder's lock: a refused config leaves no folder behind
     if "data_root" in cfg.data.corpus:  # resolved once, here: every process and log line sees this path
         cfg.data.data_root = str(data_root(cfg.data.data_root))
-    trainer = Trainer(cfg)
-    try:
-        return trainer.fit()
-    finally:
-        D.cleanup(trainer.env)
+    with holding_run_folder(cfg):
+        trainer = Trainer(cfg)
+        try:
+            return trainer.fit()
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (crossbert_model.errors): say what a rerun starts from
+            e.args = (kept_after_interrupt(cfg.run_dir),)
+            raise
+        finally:
+            D.cleanup(trainer.env)
+
+
+def holding_run_folder(cfg: TrainConfig):
+    """One trainer per run folder: its lock, held by rank 0 (the other ranks of a torchrun launch are the same
+    trainer), so that a second trainer of the folder is refused with one line instead of training it twice."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    return exclusive_folder(cfg.run_dir, "being trained")
+
+
+def kept_after_interrupt(run_dir: Path) -> str:
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        return f"{run_dir}: stopped before its first checkpoint; the same command starts it again"
+    return f"{run_dir}: stopped; checkpoint {latest[1].name} is kept and the same command resumes from it"
+
+
+def validation_plan(cfg: TrainConfig, data: CorpusData) -> dict:
+    """The validation sequences each evaluation scores (val_loss, the shared-protocol losses, the divergence check
+    on validation). A corpus too small to hold any out is refused, unless eval_sequences=0 asks to train without
+    validation, which is logged and recorded (run_info.json `validation`)."""
+    used = min(cfg.eval_sequences, len(data.val))
+    if used:
+        return {"sequences": used}
+    if cfg.eval_sequences:
+        raise ConfigError(
+            f"data.corpus {corpus_location(cfg.data)}: no validation sequence (its held-out documents, data.val_fraction "
+            f"{cfg.data.val_fraction:g}, hold fewer than data.seq_len {cfg.data.seq_len} tokens), so no validation loss, shared-protocol "
+            "loss or divergence check on validation: raise data.val_fraction or data.max_documents, or set eval_sequences=0 "
+            "to train without validation"
+        )
+    reason = "eval_sequences=0: no validation loss, shared-protocol loss or divergence check on validation"
+    log.warning("%s: trained without validation (%s)", cfg.run_dir, reason)
+    return {"sequences": 0, "reason": reason}
 
 
 def main(argv: list[str] | None = None) -> None:

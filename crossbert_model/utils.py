@@ -109,6 +109,8 @@ def atomic_path(target: str | os.PathLike, is_dir: bool = False) -> Iterator[Pat
     tmp.chmod((0o777 if is_dir else 0o666) & ~_UMASK)
     try:
         yield tmp
+        if is_dir:
+            _plain_modes(tmp)
         if is_dir and target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -117,9 +119,19 @@ def atomic_path(target: str | os.PathLike, is_dir: bool = False) -> Iterator[Pat
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno and e.filename is None:  # a write to an open file names none: name it
+            raise OSError(e.errno, e.strerror, str(target)) from e
         raise
+
+
+def _plain_modes(folder: Path) -> None:
+    """Files a library wrote into `folder` private (transformers writes model.safetensors 0600) get the mode a
+    plain open() gives, the mode of their siblings."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink() and not path.stat().st_mode & 0o077:
+            path.chmod(path.stat().st_mode | (0o666 & ~_UMASK))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -190,8 +202,8 @@ def _cut_torn_tail(f) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The one JSONL reader: every whole line; a torn final line (a writer killed mid-append) is
-    skipped, a bad line elsewhere is an error naming the file and line."""
+    """The one JSONL reader: every whole line, each a JSON object; a torn final line (a writer killed
+    mid-append) is skipped, a bad line elsewhere is an error naming the file and line."""
     path = Path(path)
     if not path.exists():
         return []
@@ -200,11 +212,19 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         for lineno, line in enumerate(f, 1):
             if not line.endswith("\n"):
                 break  # torn final line of a killed writer
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise CrossbertError(f"{path}:{lineno}: not a JSON line ({e.msg}); remove or fix that line") from None
+            rows.append(jsonl_row(line, f"{path}:{lineno}"))
     return rows
+
+
+def jsonl_row(line: str | bytes, where: str) -> dict:
+    """One line of a JSONL file of ours: a JSON object, or an error naming `where` (file:line)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CrossbertError(f"{where}: not a JSON line ({e.msg}); remove or fix that line") from None
+    if not isinstance(row, dict):
+        raise CrossbertError(f"{where}: a JSON {type(row).__name__}, not a row (a JSON object); remove or fix that line")
+    return row
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

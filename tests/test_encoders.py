@@ -230,3 +230,11 @@ def test_frozen_features_are_fp32_unless_bf16_is_asked_for(minilm):
     with pytest.raises(EncoderError, match="dtype 'fp16': expected one of fp32, bf16, auto \\(fp32 is the default"):
         FrozenEncoder.load("minilm", dtype="fp16")
 
+
+
+def test_the_default_max_length_fits_the_models_positions_and_an_asked_one_must(nano_checkpoint):
+    folder = str(nano_checkpoint(0, max_position_embeddings=64))  # as our trainer saves a run at seq_len 64
+    assert FrozenEncoder.load(folder).max_length == 64  # the default 128, cut to the positions it was trained on
+    assert FrozenEncoder.load(folder, max_length=32).max_length == 32
+    with pytest.raises(EncoderError, match=r"^--max-length 65: .* has positions for at most 64 tokens"):
+        FrozenEncoder.load(folder, max_length=65)

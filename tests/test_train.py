@@ -71,6 +71,9 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     state = json.loads((path / "trainer_state.json").read_text())
     assert state["corpus_tokens"] == 6 * 8 * 64 and "git_revision" in state
     assert (path / "tokenizer.json").exists()
+    plain = tmp_path / "plain"
+    plain.touch()  # what the umask gives a file: every file of the checkpoint has it (transformers writes weights 0600)
+    assert {f.name: oct(f.stat().st_mode) for f in path.iterdir()} == {f.name: oct(plain.stat().st_mode) for f in path.iterdir()}
     saved = (run_dir / "config.yaml").read_text()
     assert "preset: nano" in saved
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -323,6 +326,8 @@ def test_config_overrides_are_typed_and_unknown_keys_rejected(tmp_path):
         ("model.mlm_random_prob", 0.3, "model.mlm_random_prob", r"at most 1 - model.mlm_mask_prob \(0.2\)"),
         ("resume_allow_changes", ["optim.lrr"], "resume_allow_changes", "dotted config keys such as optim.lr"),
         ("activation_checkpointing", "yes", "activation_checkpointing", "true or false"),
+        ("seed", -1, "seed", r"an integer from 0 to 2\*\*63 - 1"),
+        ("data.trust_remote_code", "yes", "data.trust_remote_code", "true or false"),
     ],
 )
 def test_bad_config_values_are_refused_before_anything_is_written(corpus_args, tmp_path, key, value, field, expected):
@@ -422,6 +427,28 @@ def test_resume_falls_back_when_the_newest_checkpoint_is_truncated(corpus_args, 
     assert any(str(newest) in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
     assert [s for s, _ in list_checkpoints(cfg.run_dir)] == [2, 4, 6]  # step 4 trained again from step 2
     assert losses(cfg.run_dir) == losses(straight)
+
+
+def test_a_run_whose_only_checkpoint_is_damaged_is_not_resumed_and_says_so(corpus_args, tmp_path):
+    from crossbert_model.checkpoint import CheckpointError
+
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=4, checkpoint_steps=[2])
+    train(cfg)
+    for _, path in list_checkpoints(cfg.run_dir):
+        (path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"no usable checkpoint to resume from \(2 damaged, renamed \*\.corrupt\); remove"):
+        train(cfg)
+
+
+def test_a_corpus_without_validation_trains_only_when_asked_and_records_why(corpus_args, tmp_path, caplog):
+    cfg = tiny_config(corpus_args, tmp_path, "mlm", eval_sequences=0)
+    with caplog.at_level("WARNING", logger="crossbert.train"):
+        train(cfg)
+    validation = json.loads((cfg.run_dir / "run_info.json").read_text())["validation"]
+    assert validation == {"sequences": 0, "reason": "eval_sequences=0: no validation loss, shared-protocol loss or divergence "
+                                                    "check on validation"}  # fmt: skip
+    assert any("trained without validation" in r.getMessage() for r in caplog.records)
+    assert all("val_loss" not in row for row in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines()))
 
 
 def test_a_checkpoint_folder_without_its_complete_marker_is_not_listed(corpus_args, tmp_path):
