@@ -6,7 +6,7 @@ real second trainer), with its exit code, stderr and what it left on disk.
 
 Needs root (mount, chattr) and the real data root; scratch under $ERROR_TABLE_SCRATCH (default
 /tmp/error_table). The test suite checks the same cases in-process; this is the real-process view."""
-import contextlib, json, os, re, shutil, signal, subprocess, sys, time
+import contextlib, json, os, re, shlex, shutil, signal, subprocess, sys, time
 from pathlib import Path
 
 WT = Path(__file__).resolve().parents[2]  # the repository root
@@ -82,20 +82,23 @@ def run_case(name, case):
     t = OUT / re.sub(r"[^\w]+", "_", name).strip("_")
     shutil.rmtree(t, ignore_errors=True)
     t.mkdir(parents=True)
-    env = {**os.environ, "CROSSBERT_DEBUG": "0", **case.env(t)}
+    case_env = case.env(t)
+    env = {**os.environ, "CROSSBERT_DEBUG": "0", **case_env}
     argv = case.argv(t, corpus_args)
     if name == "a run folder another trainer holds":
-        return two_trainers(t, env, argv)
+        argv += ["steps=400", "eval_every=50", "checkpoint_every=50"]  # long enough for the second to meet the first
+    command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in case_env.items()), "crossbert", shlex.join(argv)])
+    if name == "a run folder another trainer holds":
+        return two_trainers(t, env, argv) + (command,)
     if name in ("a results line that is JSON but no object", "results.jsonl that is a folder"):
         case.around(t).__enter__()  # creates the results file (a plain set-up, no patch)
     around = REAL.get(name, lambda t: contextlib.nullcontext())
     with around(t):
         done = crossbert(argv, env, STDIN.get(name))
-    return done.returncode, done.stderr.strip(), left_behind(t)
+    return done.returncode, done.stderr.strip(), left_behind(t), command
 
 
 def two_trainers(t, env, argv):
-    argv = argv + ["steps=400", "eval_every=50", "checkpoint_every=50"]
     first = crossbert(argv, env, wait=False)
     owner = t / "runs" / "cli" / ".lock.owner.json"
     while first.poll() is None and not owner.exists():
@@ -115,15 +118,17 @@ rows = []
 for name, case in T.CASES.items():
     if only and not any(o in name for o in only):
         continue
-    code, err, left = run_case(name, case)
-    rows.append({"case": name, "exit": code, "stderr": err, "left": left})
+    code, err, left, command = run_case(name, case)
+    rows.append({"case": name, "command": command, "exit": code, "stderr": err, "left": left})
     print(f"{name}: exit {code}", file=sys.stderr, flush=True)
 
 
 def cell(text: str) -> str:
-    return text.replace(str(SCRATCH), "$SCRATCH").replace("|", "\\|").replace("\n", "<br>")
+    for path, name in ((SCRATCH, "$SCRATCH"), (data_root(), "$DATA_ROOT"), (WT, ".")):
+        text = text.replace(str(path), name)
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
-print("| case | exit | stderr (log lines, then the error) | left on disk |\n|---|---|---|---|")
+print("| case | command | exit | stderr (log lines, then the error) | left on disk |\n|---|---|---|---|---|")
 for r in rows:
-    print(f"| {r['case']} | {r['exit']} | {cell(r['stderr'])} | {cell(r['left'])} |")
+    print(f"| {r['case']} | {cell(r['command'])} | {r['exit']} | {cell(r['stderr'])} | {cell(r['left'])} |")
