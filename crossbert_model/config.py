@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
+from .args import number_in, one_of, require
+
 class CrossBertConfig(PretrainedConfig):
     """Encoder shape + pre-training objective. Saved as `config.json` with every checkpoint."""
 
@@ -51,6 +53,7 @@ class CrossBertConfig(PretrainedConfig):
         num_special_tokens: int = 5,
         **kwargs,
     ):
+        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
@@ -60,10 +63,6 @@ class CrossBertConfig(PretrainedConfig):
                 f"config fields 'hidden_size' ({hidden_size}) / 'num_attention_heads' ({num_attention_heads}) give a head "
                 f"dimension of {hidden_size // num_attention_heads}; rotary position embeddings need an even one"
             )
-        if mlp_type not in ("gelu", "swiglu"):
-            raise ValueError(f"config field 'mlp_type': expected 'gelu' or 'swiglu', got {mlp_type!r}")
-        if norm_type not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"config field 'norm_type': expected 'layernorm' or 'rmsnorm', got {norm_type!r}")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -77,15 +76,6 @@ class CrossBertConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.objective = objective
         self.mask_ratio = mask_ratio
-        if not 0.0 < self.mask_ratio < 1.0:
-            raise ValueError(f"config field 'mask_ratio': expected a value in (0, 1), got {self.mask_ratio}")
-        for name, value in (("mlm_mask_prob", mlm_mask_prob), ("mlm_random_prob", mlm_random_prob)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"config field {name!r}: expected a value in [0, 1], got {value}")
-        if mlm_mask_prob + mlm_random_prob > 1.0 + 1e-9:  # the kept share is the rest
-            raise ValueError(
-                f"config fields 'mlm_mask_prob' + 'mlm_random_prob' must be at most 1, got {mlm_mask_prob} + {mlm_random_prob}"
-            )
         self.mlm_mask_prob = mlm_mask_prob
         self.mlm_random_prob = mlm_random_prob
         self.complementary_masking = complementary_masking
@@ -111,6 +101,25 @@ class CrossBertConfig(PretrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+
+MLP_TYPES = ("gelu", "swiglu")
+NORM_TYPES = ("layernorm", "rmsnorm")
+
+
+def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, section: str = "") -> None:
+    """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
+    ConfigError (a ValueError) naming the field with `section` in front ("model." for the model section,
+    crossbert_model.train_config). A mask_ratio of None is the objective's default, checked where it is chosen."""
+    if mask_ratio is not None:
+        number_in(f"{section}mask_ratio", mask_ratio, 0.0, 1.0, True, True)
+    number_in(f"{section}mlm_mask_prob", mlm_mask_prob, 0.0, 1.0, False, False)
+    number_in(f"{section}mlm_random_prob", mlm_random_prob, 0.0, 1.0, False, False)
+    # The kept share is what is left over: the two given shares cannot exceed the whole.
+    expected = f"at most 1 - {section}mlm_mask_prob ({1.0 - mlm_mask_prob:g})"
+    require(mlm_mask_prob + mlm_random_prob <= 1.0 + 1e-9, f"{section}mlm_random_prob", expected, mlm_random_prob)
+    one_of(f"{section}mlp_type", mlp_type, MLP_TYPES)
+    one_of(f"{section}norm_type", norm_type, NORM_TYPES)
 
 
 # How far r may sit from 1 - 1/K and still mean K views: r written to three decimals (0.667 for 2/3).

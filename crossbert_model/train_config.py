@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .args import ConfigError, to_dict
-from .config import PRESETS, CrossBertConfig
+from .args import ConfigError, boolean, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
+from .config import PRESETS, CrossBertConfig, check_model_values
 from .data import DataArgs, check_tokenizer_matches, special_token_config
 from .hardware import DTYPES
 from .objectives import config_from_preset, objective_names
@@ -126,44 +126,6 @@ MAX_SEED = 2**63 - 1
 # --------------------------------------------------------------------------------------------------
 
 
-def _require(ok: bool, name: str, expected: str, value) -> None:
-    if not ok:
-        raise ConfigError(f"config field {name!r}: expected {expected}, got {value!r}")
-
-
-def _positive_int(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    _require(ok, name, "a positive integer" + (" or null" if optional else ""), value)
-
-
-def _non_negative_int(name: str, value) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, name, "an integer >= 0", value)
-
-
-def _number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    _require(ok, name, f"a number in {interval}", value)
-
-
-def _positive_number(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    _require(ok, name, "a positive number" + (" or null" if optional else ""), value)
-
-
-def _one_of(name: str, value, choices) -> None:
-    _require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
-
-
-def _boolean(name: str, value) -> None:
-    _require(isinstance(value, bool), name, "true or false", value)
-
-
 def check_seed(name: str, value, kind: str = "config field") -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
     if not ok:
@@ -174,21 +136,21 @@ def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
     check_seed("seed", cfg.seed)
     if cfg.max_tokens is None:
-        _positive_int("steps", cfg.steps)
-    _positive_int("max_tokens", cfg.max_tokens, optional=True)
+        positive_int("steps", cfg.steps)
+    positive_int("max_tokens", cfg.max_tokens, optional=True)
     for name in ("batch_size", "grad_accum", "log_every"):
-        _positive_int(name, getattr(cfg, name))
+        positive_int(name, getattr(cfg, name))
     for name in ("eval_every", "eval_sequences", "checkpoint_every"):  # 0: only at checkpoints / none / off
-        _non_negative_int(name, getattr(cfg, name))
+        non_negative_int(name, getattr(cfg, name))
     for i, step in enumerate(cfg.checkpoint_steps):
-        _positive_int(f"checkpoint_steps[{i}]", step)
-    _positive_int("num_threads", cfg.num_threads, optional=True)
-    _positive_number("peak_flops", cfg.peak_flops, optional=True)
-    _one_of("dtype", cfg.dtype, DTYPES)
-    _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
+        positive_int(f"checkpoint_steps[{i}]", step)
+    positive_int("num_threads", cfg.num_threads, optional=True)
+    positive_number("peak_flops", cfg.peak_flops, optional=True)
+    one_of("dtype", cfg.dtype, DTYPES)
+    one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
     for name in ("resume", "compile", "deterministic", "activation_checkpointing"):
-        _boolean(name, getattr(cfg, name))
-    _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
+        boolean(name, getattr(cfg, name))
+    require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
     _validate_model(cfg.model)
     _validate_data(cfg.data)
     _validate_optim(cfg.optim)
@@ -200,40 +162,32 @@ def validate_config(cfg: TrainConfig) -> None:
 
 
 def _validate_model(m: ModelArgs) -> None:
-    _one_of("model.preset", m.preset, tuple(PRESETS))
-    _one_of("model.objective", m.objective, objective_names())
-    if m.mask_ratio is not None:
-        _number_in("model.mask_ratio", m.mask_ratio, 0.0, 1.0, True, True)
-    _number_in("model.mlm_mask_prob", m.mlm_mask_prob, 0.0, 1.0, False, False)
-    _number_in("model.mlm_random_prob", m.mlm_random_prob, 0.0, 1.0, False, False)
-    # The kept share is what is left over: the two given shares cannot exceed the whole.
-    total = m.mlm_mask_prob + m.mlm_random_prob
-    expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
-    _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
+    one_of("model.preset", m.preset, tuple(PRESETS))
+    one_of("model.objective", m.objective, objective_names())
+    # the checks CrossBertConfig makes of the same values, named as this file names them
+    check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, section="model.")
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
-        _positive_int(f"model.{name}", getattr(m, name), optional=True)
-    _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
-    _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))
+        positive_int(f"model.{name}", getattr(m, name), optional=True)
 
 
 def _validate_data(d: DataArgs) -> None:
-    _require(isinstance(d.seq_len, int) and d.seq_len >= 3, "data.seq_len", "an integer >= 3 ([CLS] + text + [SEP])", d.seq_len)
-    _positive_int("data.vocab_size", d.vocab_size)
-    _number_in("data.val_fraction", d.val_fraction, 0.0, 1.0, False, True)
-    _positive_int("data.max_documents", d.max_documents, optional=True)
-    _boolean("data.trust_remote_code", d.trust_remote_code)
+    require(isinstance(d.seq_len, int) and d.seq_len >= 3, "data.seq_len", "an integer >= 3 ([CLS] + text + [SEP])", d.seq_len)
+    positive_int("data.vocab_size", d.vocab_size)
+    number_in("data.val_fraction", d.val_fraction, 0.0, 1.0, False, True)
+    positive_int("data.max_documents", d.max_documents, optional=True)
+    boolean("data.trust_remote_code", d.trust_remote_code)
 
 
 def _validate_optim(o: OptimArgs) -> None:
-    _positive_number("optim.lr", o.lr)
-    _number_in("optim.weight_decay", o.weight_decay, 0.0, math.inf, False, True)
-    _number_in("optim.beta1", o.beta1, 0.0, 1.0, False, True)
-    _number_in("optim.beta2", o.beta2, 0.0, 1.0, False, True)
-    _positive_number("optim.eps", o.eps)
-    _non_negative_int("optim.warmup_steps", o.warmup_steps)
-    _one_of("optim.schedule", o.schedule, ("cosine", "linear", "constant"))
-    _number_in("optim.min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, False, False)
-    _positive_number("optim.grad_clip", o.grad_clip)
+    positive_number("optim.lr", o.lr)
+    number_in("optim.weight_decay", o.weight_decay, 0.0, math.inf, False, True)
+    number_in("optim.beta1", o.beta1, 0.0, 1.0, False, True)
+    number_in("optim.beta2", o.beta2, 0.0, 1.0, False, True)
+    positive_number("optim.eps", o.eps)
+    non_negative_int("optim.warmup_steps", o.warmup_steps)
+    one_of("optim.schedule", o.schedule, ("cosine", "linear", "constant"))
+    number_in("optim.min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, False, False)
+    positive_number("optim.grad_clip", o.grad_clip)
 
 
 def _dotted_keys(data: dict, prefix: str = "") -> set[str]:

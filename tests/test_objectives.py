@@ -168,3 +168,17 @@ def test_the_package_imports_without_a_cycle():
 
     for module in graph:
         visit(module)
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("mask_ratio", 1.5, r"a number in \(0, 1\)"),
+    ("mlm_mask_prob", -0.5, r"a number in \[0, 1\]"),
+    ("mlp_type", "relu", "one of gelu, swiglu"),
+    ("norm_type", "batchnorm", "one of layernorm, rmsnorm"),
+])  # fmt: skip
+def test_a_value_is_checked_by_one_definition_in_the_section_and_in_the_config(field, value, expected):
+    """The model section and CrossBertConfig refuse the same values in the same words, each naming the field its way."""
+    with pytest.raises(ValueError, match=rf"^config field '{field}': expected {expected}, got "):
+        config_from_preset("nano", **{field: value})
+    with pytest.raises(ValueError, match=rf"^config field 'model.{field}': expected {expected}, got "):
+        validate_config(TrainConfig(model=ModelArgs(**{field: value})))
