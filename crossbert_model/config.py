@@ -15,6 +15,7 @@ from transformers import PretrainedConfig
 
 from .args import number_in, one_of, require
 
+
 class CrossBertConfig(PretrainedConfig):
     """Encoder shape + pre-training objective. Saved as `config.json` with every checkpoint."""
 

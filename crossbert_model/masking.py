@@ -14,7 +14,9 @@ Two families:
   what the encoder sees; everything real and not visible in a view is a prediction query of it.
 
 How many tokens a row predicts depends on its real-token count only, never on the draw
-(`mlm_targets_per_row`, `crossbert_targets_per_row`): every process knows the global batch's count without drawing the other rows.
+(`mlm_targets_per_row`, `crossbert_targets_per_row`): every process knows the global batch's count
+without drawing the other rows. Which builder and which count a config uses is its objective's
+(crossbert_model.objectives).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ one process at the same global batch. The loss is normalised by the number of pr
 global batch, which each process knows without the others' masks (`objectives.targets_per_row`), so
 gradient accumulation, DDP and FSDP give the same update as one big batch.
 
-Before anything is written the config is validated (crossbert_model.train_config; each error names its field) and `dtype=auto` is
-resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient norm is non-finite, or
-whose loss is above `divergence_threshold`, stops the run before the update, and a diverged model is
-never checkpointed; `resume_allow_changes=[optim.lr]` continues from the latest checkpoint with
-another learning rate, recorded in run_info.json.
+Before anything is written the config is validated (crossbert_model.train_config: each error names its
+field) and `dtype=auto` is resolved to fp32 or bf16 for the life of the run. A step whose loss or
+gradient norm is non-finite, or whose loss is above `divergence_threshold`, stops the run before the
+update, and a diverged model is never checkpointed; `resume_allow_changes=[optim.lr]` continues from
+the latest checkpoint with another learning rate, recorded in run_info.json.
 
 On an accelerator the step never waits for the device: batches and masks are prepared on the host,
 ahead, on pinned memory, with every data-dependent shape decided there (`objectives.pretraining_batch`);

@@ -21,6 +21,7 @@ from .data import DataArgs, check_tokenizer_matches, special_token_config
 from .hardware import DTYPES
 from .objectives import config_from_preset, objective_names
 
+
 @dataclass
 class ModelArgs:
     """The model section: a size preset and the CrossBertConfig fields (same names) a run sets on top of it;
@@ -155,9 +156,12 @@ def validate_config(cfg: TrainConfig) -> None:
     _validate_data(cfg.data)
     _validate_optim(cfg.optim)
     _check_dotted_keys("resume_allow_changes", cfg.resume_allow_changes, cfg)
+    # What only a built config can refuse (heads that do not divide hidden_size, a ratio CMS cannot realise)
+    # is refused here, before the run folder exists: the vocabulary (data.vocab_size until the tokenizer
+    # is known) changes none of it. The trainer builds the config it trains once the tokenizer exists.
     try:
-        model_config(cfg.model, cfg.data)  # vocabulary: data.vocab_size; the trainer builds its own with the tokenizer
-    except ValueError as e:  # what CrossBertConfig itself refuses (e.g. hidden_size not divisible by heads)
+        model_config(cfg.model, cfg.data)
+    except ValueError as e:
         raise ConfigError(f"config section 'model': {e}") from None
 
 
