@@ -34,7 +34,7 @@ from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.config import PRESETS
-from crossbert_model.objectives import objective_names, parameter_counts, training_flops_per_token
+from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
 from crossbert_model.train import unigram_entropies_for_run
 from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
@@ -59,7 +59,7 @@ log = logging.getLogger("crossbert.sweep")
 @dataclass
 class ObjectiveSpec:
     name: str
-    objective: str  # mlm | crossbert
+    objective: str  # a name of crossbert_model.objectives: mlm | crossbert
     mask_ratio: float | None = None
     complementary_masking: bool = True
     # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
@@ -93,7 +93,7 @@ class SweepConfig:
     out_dir: str = "runs/sweeps"
     sizes: list[str] = field(default_factory=lambda: ["nano", "tiny", "mini"])
     objectives: list[ObjectiveSpec] = field(
-        default_factory=lambda: [ObjectiveSpec("mlm", "mlm", 0.15), ObjectiveSpec("crossbert", "crossbert", 0.5, True)]
+        default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
     )
     # the objective every other is compared with in the report's comparisons (None: the first objective listed;
     # crossbert_eval.report.reference_objective reads it back from sweep.yaml)
