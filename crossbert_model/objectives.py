@@ -36,6 +36,8 @@ from .model import CrossBertForPreTraining, CrossBertPreTrainedModel, FlatMlmFor
 
 @dataclass(frozen=True)
 class Objective:
+    """Everything the library asks of one objective: values, and functions of a CrossBertConfig."""
+
     name: str
     model_class: type[CrossBertPreTrainedModel]
     # DESIGN.md: 15% for BERT, 50% for CrossBERT.
@@ -45,6 +47,7 @@ class Objective:
     # (real-token count per row, config) -> predicted tokens per row: the loss normaliser, known without the draw
     targets_per_row: Callable[[torch.Tensor, CrossBertConfig], torch.Tensor]
     # (config, input_ids, attention_mask, selected) -> the inputs that ask for exactly the selected tokens
+    # (the shared protocol, crossbert_model.shared_loss: `selected` holds real tokens only)
     protocol_batch: Callable[[CrossBertConfig, torch.Tensor, torch.Tensor, torch.Tensor], dict]
     # config -> how many times the encoder runs per sequence (CMS views)
     num_views: Callable[[CrossBertConfig], int]
