@@ -9,12 +9,46 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from crossbert_model.data import DataArgs  # noqa: E402
+from crossbert_model.objectives import objective_names  # noqa: E402
+from crossbert_model.train_config import ModelArgs, model_config  # noqa: E402
 from crossbert_model.utils import atomic_write_json, provenance, quiet_transformers, set_offline_env  # noqa: E402
 
 
 def setup() -> None:
     set_offline_env()
     quiet_transformers()
+
+
+def contender_config(preset: str, model: dict, seq_len: int, tokenizer=None, vocab_size: int | None = None):
+    """The CrossBertConfig a run with this model section (ModelArgs fields: objective, mask_ratio, ...) at
+    `preset` trains, through the trainer's own translation (crossbert_model.train_config.model_config):
+    the vocabulary and special-token ids are the tokenizer's (a `TokenIds` for ids without one), else
+    `vocab_size` with the default ids."""
+    data = DataArgs(seq_len=seq_len) if vocab_size is None else DataArgs(seq_len=seq_len, vocab_size=vocab_size)
+    return model_config(ModelArgs(preset=preset, **model), data, tokenizer)
+
+
+def with_every_objective(contenders: dict[str, dict]) -> dict[str, dict]:
+    """A bench's contender table (name -> model-section fields) with every registered objective it does not
+    name added at its defaults (named after it): a new objective is measured without editing the benches,
+    and the variants a table chose, and their recorded names, stay as they are."""
+    covered = {spec.get("objective") for spec in contenders.values()}
+    return {**contenders, **{name: {"objective": name} for name in objective_names() if name not in covered}}
+
+
+class TokenIds:
+    """What a model config takes from a tokenizer (crossbert_model.data.special_token_config), given as those
+    fields: a shape measured with a vocabulary other than the tokenizer's at hand (gpu_check: BERT's 30,522)."""
+
+    def __init__(self, vocab_size: int, pad_token_id: int, cls_token_id: int, sep_token_id: int, mask_token_id: int,
+                 num_special_tokens: int):  # fmt: skip
+        self.vocab_size, self.pad_token_id, self.cls_token_id = vocab_size, pad_token_id, cls_token_id
+        self.sep_token_id, self.mask_token_id = sep_token_id, mask_token_id
+        self.all_special_ids = [num_special_tokens - 1]  # special_token_config counts max(all_special_ids) + 1
+
+    def __len__(self) -> int:
+        return self.vocab_size
 
 
 def hf_bert_of_shape(c):

@@ -24,16 +24,12 @@ import time
 
 import torch
 
-from _common import interleaved, markdown, median_ratio, setup, write
+from _common import contender_config, interleaved, markdown, median_ratio, setup, write
 
-from crossbert_model.config import config_from_preset  # noqa: E402
-from crossbert_model.data import DataArgs, EpochSampler, prepare_data, special_token_config  # noqa: E402
+from crossbert_model.data import DataArgs, EpochSampler, prepare_data  # noqa: E402
 from crossbert_model.hardware import bf16_speedup  # noqa: E402
-from crossbert_model.masking import pretraining_batch  # noqa: E402
-from crossbert_model.model import pretraining_model_for  # noqa: E402
+from crossbert_model.objectives import objective_names, pretraining_batch, pretraining_model_for  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402
-
-OBJECTIVES = {"mlm": {"objective": "mlm", "mask_ratio": 0.15}, "crossbert": {"objective": "crossbert", "mask_ratio": 0.5}}
 
 
 class Stepper:
@@ -56,7 +52,7 @@ class Stepper:
 
 
 def bench(preset: str, objective: str, data, args) -> list[dict]:
-    config = config_from_preset(preset, max_position_embeddings=args.seq_len, **OBJECTIVES[objective], **special_token_config(data.tokenizer))
+    config = contender_config(preset, {"objective": objective}, args.seq_len, data.tokenizer)  # at the objective's default mask ratio
     recipes = {"eager_fp32": (None, False), "eager_bf16": (torch.bfloat16, False), "compiled_bf16": (torch.bfloat16, True)}
     contenders = {name: Stepper(config, *recipes[name]) for name in ["eager_fp32", *args.contenders]}
     sampler = EpochSampler(len(data.train), 0)
@@ -98,7 +94,7 @@ def bench(preset: str, objective: str, data, args) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", nargs="+", default=["tiny"])
-    p.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
+    p.add_argument("--objectives", nargs="+", default=list(objective_names()), choices=objective_names())
     p.add_argument("--contenders", nargs="+", default=["eager_bf16", "compiled_bf16"], choices=["eager_bf16", "compiled_bf16"],
                    help="against eager_fp32 (always run)")
     p.add_argument("--corpus", default="${data_root}/wikipedia_en_2015")

@@ -13,7 +13,7 @@
                          machine's cores (see `least_wall`): the ratio idle cores would give
     plus the main process reading alone (decompression, cutting blocks): the rate no worker count exceeds.
 (b) The loader's share of a training step: the trainer's batch preparation (EpochSampler.indices +
-    PackedSequences.get + crossbert_model.masking.pretraining_batch, as `Trainer.global_batch`) against
+    PackedSequences.get + crossbert_model.objectives.pretraining_batch, as `Trainer.global_batch`) against
     the whole step (that + forward + backward + gradient clipping + AdamW), per preset and objective, at
     seq 128 batch 32 on `--device` (cuda: the batch is copied to the GPU in the preparation, and the
     step synchronises before its clock stops). get ms: PackedSequences.get alone; batch ms: the whole
@@ -41,27 +41,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import markdown, setup, write  # noqa: E402  (puts the repository on sys.path)
+from _common import contender_config, markdown, setup, with_every_objective, write  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.config import config_from_preset  # noqa: E402
 from crossbert_model.data import (  # noqa: E402
     DataArgs,
     EpochSampler,
     corpus_blocks,
     load_tokens,
     prepare_tokenizer,
-    special_token_config,
     tokenize_corpus,
     tokenizer_workers,
 )
-from crossbert_model.masking import pretraining_batch  # noqa: E402
-from crossbert_model.model import pretraining_model_for  # noqa: E402
+from crossbert_model.objectives import pretraining_batch, pretraining_model_for  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402
 
-OBJECTIVES = {
+# name -> model section (ModelArgs fields)
+OBJECTIVES = with_every_objective({
     "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
     "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
-}
+})
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -144,12 +142,11 @@ def bench_tokenization(args, data_args: DataArgs, tokenizer, scratch: Path) -> t
 def bench_loader_share(args, data) -> list[dict]:
     device = torch.device(args.device)
     sampler = EpochSampler(len(data.train), 0)
-    special = special_token_config(data.tokenizer)
     rows = []
     for preset in args.presets:
         for name, spec in OBJECTIVES.items():
             torch.manual_seed(0)
-            config = config_from_preset(preset, max_position_embeddings=args.seq_len, **spec, **special)
+            config = contender_config(preset, spec, args.seq_len, data.tokenizer)
             model = pretraining_model_for(config).to(device).train()
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             get_s, prep_s, step_s = [], [], []
@@ -187,12 +184,11 @@ def bench_loader_capacity(args, data) -> list[dict]:
     """Batch preparation alone (no model): the sequences per second the loader can deliver, on one
     torch thread (as a background preparer beside the step would run) and on all of them."""
     sampler = EpochSampler(len(data.train), 0)
-    special = special_token_config(data.tokenizer)
     all_threads, rows = torch.get_num_threads(), []
     for threads in sorted({1, all_threads}):
         torch.set_num_threads(threads)
         for name, spec in OBJECTIVES.items():
-            config = config_from_preset("tiny", max_position_embeddings=args.seq_len, **spec, **special)
+            config = contender_config("tiny", spec, args.seq_len, data.tokenizer)
             for batch_size in args.capacity_batch_sizes:
                 s = statistics.median(prepare_seconds(data, sampler, config, batch_size, args))
                 rows.append({"objective": name, "threads": threads, "batch": batch_size, "batch_ms": 1e3 * s,

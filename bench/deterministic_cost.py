@@ -10,7 +10,9 @@ process-wide).
 import sys
 import time
 
-from crossbert_model.train import DataArgs, ModelArgs, OptimArgs, TrainConfig, Trainer
+from crossbert_model.data import DataArgs
+from crossbert_model.train import Trainer
+from crossbert_model.train_config import ModelArgs, OptimArgs, TrainConfig
 from crossbert_model.utils import data_root
 
 WARMUP, TIMED, BATCH, SEQ = 20, 100, 32, 128

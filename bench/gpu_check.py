@@ -60,14 +60,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import hf_bert_of_shape, markdown, setup  # noqa: E402  (puts the repository on sys.path)
+from _common import TokenIds, contender_config, hf_bert_of_shape, markdown, setup, with_every_objective  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.config import config_from_preset, training_flops_per_token  # noqa: E402
 from crossbert_model.data import DataArgs, PackedSequences, iter_documents, load_tokenizer, special_token_config  # noqa: E402
 from crossbert_model.hardware import matmul_flops  # noqa: E402
-from crossbert_model.masking import pretraining_batch  # noqa: E402
-from crossbert_model.model import pretraining_model_for  # noqa: E402
-from crossbert_model.train import ModelArgs, OptimArgs, TrainConfig, Trainer, make_optimizer, pinned, step_generator, to_device  # noqa: E402
+from crossbert_model.objectives import num_views, pretraining_batch, pretraining_model_for, training_flops_per_token  # noqa: E402
+from crossbert_model.train import Trainer, make_optimizer, pinned, step_generator, to_device  # noqa: E402
+from crossbert_model.train_config import ModelArgs, OptimArgs, TrainConfig  # noqa: E402
 from crossbert_model.utils import PROJECT_ROOT, atomic_write_json, atomic_write_text, data_root, provenance  # noqa: E402
 
 log = logging.getLogger("gpu_check")
@@ -75,13 +74,14 @@ log = logging.getLogger("gpu_check")
 # The tokenizer of the committed reference run: a fixed vocabulary, so the GPU machine needs no training.
 TOKENIZER = PROJECT_ROOT / "results" / "cpu_small" / "tokenizer"
 
-CONTENDERS = {
+# name -> model section (ModelArgs fields); "hf": Hugging Face's BERT at the shape, masked as a flat MLM
+CONTENDERS = with_every_objective({
     "hf_bert_mlm30": {"objective": "hf", "mask_ratio": 0.30},
     "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.30},  # ModernBERT's ratio, as configs/sweep/gpu_base.yaml
     "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
     "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
     "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
-}
+})
 # (preset, batch, seq_len) of the throughput measurement; vocabulary 30,522 as BERT's.
 SHAPES = {"base": ("base", 64, 512), "large": ("large", 32, 512)}
 SMOKE_SHAPES = {"tiny": ("tiny", 8, 128)}
@@ -221,15 +221,14 @@ class Contender:
         self.name, self.hf, self.device, self.fail = name, spec["objective"] == "hf", device, fail
         # bf16 autocast on a GPU (the regime measured); fp32 on a CPU, where bf16 may be emulated (~100x slower).
         self.amp = torch.bfloat16 if device.type == "cuda" else None
-        objective = "mlm" if self.hf else spec["objective"]
-        options = {k: v for k, v in spec.items() if k != "objective"}
-        self.config = config_from_preset(preset, objective=objective, max_position_embeddings=seq_len, **options, **tokens)
+        section = {**spec, "objective": "mlm"} if self.hf else spec
+        self.config = contender_config(preset, section, seq_len, TokenIds(**tokens))
         model = hf_bert_of_shape(self.config) if self.hf else pretraining_model_for(self.config)
         self.model = model.to(device).train()
         self.optimizer = make_optimizer(self.model, OptimArgs(lr=lr, weight_decay=0.01), device)
         self.forward = torch.compile(self.model, dynamic=False) if compiled else self.model
         self.flops_per_token = training_flops_per_token(self.config, seq_len)
-        self.views = self.config.num_views
+        self.views = num_views(self.config)
 
     def batch(self, ids: torch.Tensor, step: int) -> dict:
         batch = pretraining_batch(ids, torch.ones_like(ids), self.config, step_generator(0, step))
@@ -400,7 +399,7 @@ def short_run_row(args, name: str, sequences: PackedSequences, tokens: dict, dev
 def feature_extraction_row(args, tokenizer, texts: list[str], device) -> dict:
     """Frozen encoder (bf16 autocast on a GPU, fp32 on a CPU), mean pooling over the real tokens of padded sentence batches."""
     preset = args.run_shape[0]
-    config = config_from_preset(preset, objective="crossbert", **special_token_config(tokenizer))
+    config = contender_config(preset, {"objective": "crossbert"}, 128, tokenizer)
     encoder = pretraining_model_for(config).encoder.to(device).eval()
     texts = (texts * math.ceil(args.sentences / max(1, len(texts))))[: args.sentences]
     batches = [tokenizer(texts[i : i + 256], padding=True, truncation=True, max_length=128, return_tensors="pt")
@@ -460,7 +459,7 @@ def trainer_loop_row(args, name: str, corpus: Path, device, peaks: dict, workdir
         walls.append(time.perf_counter())
     sync(device)
     loop_s = (time.perf_counter() - start_wall) / args.steps
-    views = trainer.model_config.num_views
+    views = num_views(trainer.model_config)
     if events:
         seconds = [s.elapsed_time(e) / 1e3 for s, e in events[args.warmup :]]
     else:

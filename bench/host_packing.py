@@ -35,20 +35,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import interleaved, markdown, median_ratio, setup, write  # noqa: E402  (puts the repository on sys.path)
+from _common import contender_config, interleaved, markdown, median_ratio, setup, with_every_objective, write  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.config import config_from_preset  # noqa: E402
-from crossbert_model.masking import RowRandom, pretraining_batch, targets_per_row  # noqa: E402
+from crossbert_model.masking import RowRandom  # noqa: E402
+from crossbert_model.objectives import pretraining_batch, targets_per_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = 30522  # BERT's WordPiece, as the GPU presets train
-OBJECTIVES = {
+# name -> model section (ModelArgs fields)
+OBJECTIVES = with_every_objective({
     "flat_mlm15": {"objective": "mlm", "mask_ratio": 0.15},
     "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.3},
     "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
     "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
     "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
-}
+})
 GOAL_MS = 3.0  # issue 24: at most 3 ms per 64 x 512 rank batch on one core
 
 
@@ -69,7 +70,7 @@ def before_generator(seed: int, step: int) -> torch.Generator:
 
 
 def bench_objective(name: str, old, args) -> dict:
-    config = config_from_preset("base", vocab_size=VOCAB, max_position_embeddings=args.seq_len, **OBJECTIVES[name])
+    config = contender_config("base", OBJECTIVES[name], args.seq_len, vocab_size=VOCAB)
     rank_ids = torch.randint(5, VOCAB, (args.rows, args.seq_len), generator=torch.Generator().manual_seed(0))
     global_ids = torch.randint(5, VOCAB, (args.world * args.rows, args.seq_len), generator=torch.Generator().manual_seed(1))
 

@@ -13,7 +13,7 @@ this machine is shared and noisy. Reported per contender:
                      (the paper's throughput unit: a view is one masked training sample)
   corpus tokens/s    distinct corpus tokens consumed per second (a CMS step reads each sequence once)
   predicted tokens/s tokens whose identity the loss asks for, per second
-  MFU                model FLOPs (crossbert_model.config.training_flops_per_token) / measured matmul peak
+  MFU                model FLOPs (crossbert_model.objectives.training_flops_per_token) / measured matmul peak
 """
 
 from __future__ import annotations
@@ -27,42 +27,41 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import hf_bert_of_shape, setup  # noqa: E402  (puts the repository on sys.path)
+from _common import contender_config, hf_bert_of_shape, setup, with_every_objective  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.config import config_from_preset, training_flops_per_token  # noqa: E402
-from crossbert_model.data import DataArgs, EpochSampler, prepare_data, special_token_config  # noqa: E402
+from crossbert_model.data import DataArgs, EpochSampler, prepare_data  # noqa: E402
 from crossbert_model.hardware import bf16_speedup, matmul_flops  # noqa: E402
-from crossbert_model.masking import num_targets, pretraining_batch  # noqa: E402
-from crossbert_model.model import pretraining_model_for  # noqa: E402
+from crossbert_model.masking import num_targets  # noqa: E402
+from crossbert_model.objectives import num_views, pretraining_batch, pretraining_model_for, training_flops_per_token  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402
 from crossbert_model.utils import atomic_write_json, provenance  # noqa: E402
 
-CONTENDERS = {
+# name -> model section (ModelArgs fields); "hf": Hugging Face's BERT at the shape, masked as flat_mlm
+CONTENDERS = with_every_objective({
     "hf_bert_mlm": {"objective": "hf"},
     "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
     "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
     "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
     "crossbert_r75": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
     "crossbert_r75_nocms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": False},
-}
+})
 
 
 class Contender:
-    def __init__(self, name: str, spec: dict, preset: str, tokens: dict, seq_len: int):
+    def __init__(self, name: str, spec: dict, preset: str, tokenizer, seq_len: int):
         torch.manual_seed(0)
         self.name = name
         if spec["objective"] == "hf":
-            self.config = config_from_preset(preset, objective="mlm", mask_ratio=0.15, max_position_embeddings=seq_len, **tokens)
+            self.config = contender_config(preset, {"objective": "mlm", "mask_ratio": 0.15}, seq_len, tokenizer)
             self.model = hf_bert_of_shape(self.config)
             self.hf = True
         else:
-            kwargs = {k: v for k, v in spec.items() if k != "objective"}
-            self.config = config_from_preset(preset, objective=spec["objective"], max_position_embeddings=seq_len, **kwargs, **tokens)
+            self.config = contender_config(preset, spec, seq_len, tokenizer)
             self.model = pretraining_model_for(self.config)
             self.hf = False
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.views = self.config.num_views
+        self.views = num_views(self.config)
         self.flops_per_token = training_flops_per_token(self.config, seq_len)
         self.times: list[float] = []
 
@@ -81,8 +80,7 @@ class Contender:
 
 
 def bench_preset(preset, data, args, amp, peak) -> list[dict]:
-    tokens = special_token_config(data.tokenizer)
-    contenders = [Contender(n, CONTENDERS[n], preset, tokens, args.seq_len) for n in args.contenders]
+    contenders = [Contender(n, CONTENDERS[n], preset, data.tokenizer, args.seq_len) for n in args.contenders]
     sampler = EpochSampler(len(data.train), 0)
     step = 0
     for c in contenders:  # warm-up: allocator, oneDNN primitive caches

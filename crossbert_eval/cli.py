@@ -36,7 +36,10 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _presets(args: argparse.Namespace) -> None:
-    from crossbert_model.config import PRESETS, config_from_preset, describe, format_count
+    from crossbert_model.config import PRESETS, format_count
+    from crossbert_model.data import DataArgs
+    from crossbert_model.objectives import describe, objective_names
+    from crossbert_model.train_config import ModelArgs, model_config
 
     print(f"Parameters and training FLOPs per corpus token (sequence length {args.seq_len}, vocabulary {args.vocab_size:,}); "
           "predictor share = predictor / encoder non-embedding parameters.")  # fmt: skip
@@ -45,15 +48,15 @@ def _presets(args: argparse.Namespace) -> None:
     widths = (7, 9, 4, 3, 3, 8, 11, 9, 9, 6, 6, 9, 10, 10, 9)
     print("  ".join(f"{h:>{w}}" if i > 1 else f"{h:{w}}" for i, (h, w) in enumerate(zip(header, widths))) + "  where")
     for name, preset in PRESETS.items():
-        for objective in ("mlm", "crossbert"):
-            c = config_from_preset(name, objective=objective, vocab_size=args.vocab_size)
+        for objective in objective_names():
+            c = model_config(ModelArgs(preset=name, objective=objective), DataArgs(vocab_size=args.vocab_size, seq_len=args.seq_len))
             d = describe(c, args.seq_len)
-            crossbert = objective == "crossbert"
+            has_predictor = d["params_predictor"] > 0  # "-" in the predictor's cells of an objective without one
             cells = (name, objective, d["hidden_size"], d["layers"], d["heads"],
-                     f"{c.predictor_layers}x{c.predictor_hidden_size}" if crossbert else "-",
+                     f"{c.predictor_layers}x{c.predictor_hidden_size}" if has_predictor else "-",
                      format_count(d["params_encoder_non_embedding"]), format_count(d["params_embedding"]),
-                     format_count(d["params_predictor"]) if crossbert else "-",
-                     f"{d['predictor_share']:.0%}" if crossbert else "-", format_count(d["params_head"]),
+                     format_count(d["params_predictor"]) if has_predictor else "-",
+                     f"{d['predictor_share']:.0%}" if has_predictor else "-", format_count(d["params_head"]),
                      format_count(d["train_flops_encoder"]), format_count(d["train_flops_predictor"]),
                      format_count(d["train_flops_head"]), format_count(d["train_flops_per_token"]))  # fmt: skip
             print("  ".join(f"{c!s:>{w}}" if i > 1 else f"{c!s:{w}}" for i, (c, w) in enumerate(zip(cells, widths))) + f"  {preset.device_hint}")

@@ -33,9 +33,11 @@ from pathlib import Path
 from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
-from crossbert_model.config import OBJECTIVES, PRESETS, parameter_counts, training_flops_per_token
+from crossbert_model.config import PRESETS
+from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
-from crossbert_model.train import TrainConfig, check_seed, model_config_from_args, unigram_entropies_for_run, validate_config
+from crossbert_model.train import unigram_entropies_for_run
+from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import (
     append_jsonl,
@@ -57,7 +59,7 @@ log = logging.getLogger("crossbert.sweep")
 @dataclass
 class ObjectiveSpec:
     name: str
-    objective: str  # mlm | crossbert
+    objective: str  # a name of crossbert_model.objectives: mlm | crossbert
     mask_ratio: float | None = None
     complementary_masking: bool = True
     # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
@@ -91,7 +93,7 @@ class SweepConfig:
     out_dir: str = "runs/sweeps"
     sizes: list[str] = field(default_factory=lambda: ["nano", "tiny", "mini"])
     objectives: list[ObjectiveSpec] = field(
-        default_factory=lambda: [ObjectiveSpec("mlm", "mlm", 0.15), ObjectiveSpec("crossbert", "crossbert", 0.5, True)]
+        default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
     )
     # the objective every other is compared with in the report's comparisons (None: the first objective listed;
     # crossbert_eval.report.reference_objective reads it back from sweep.yaml)
@@ -211,8 +213,8 @@ def _check_grid(cfg: SweepConfig) -> None:
         if not isinstance(obj.name, str) or not RUN_NAME_PART.fullmatch(obj.name):
             raise ConfigError(f"sweep field 'objectives[{i}].name': expected letters, digits, '_', '.', '+' or '-' "
                               f"(it names run folders <name>-<size>-s<seed>), got {obj.name!r}")  # fmt: skip
-        if obj.objective not in OBJECTIVES:
-            raise ConfigError(f"sweep field 'objectives[{i}].objective': expected one of {', '.join(OBJECTIVES)}, got {obj.objective!r}")
+        if obj.objective not in objective_names():
+            raise ConfigError(f"sweep field 'objectives[{i}].objective': expected one of {', '.join(objective_names())}, got {obj.objective!r}")
     for i, seed in enumerate(cfg.seeds):
         check_seed(f"seeds[{i}]", seed, kind="sweep field")
     for i, fraction in enumerate(cfg.checkpoint_fractions):
@@ -281,7 +283,7 @@ def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
 def planned_flops_per_token(tc: TrainConfig) -> float:
     """Training FLOPs per corpus token of the model `tc` trains: the trainer's own model-args translation,
     so shape overrides (hidden_size, mlp_type, ...) count; the vocabulary is data.vocab_size."""
-    return training_flops_per_token(model_config_from_args(tc.model, tc.data), tc.data.seq_len)
+    return training_flops_per_token(model_config(tc.model, tc.data), tc.data.seq_len)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -518,7 +520,7 @@ def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None
         source = _trained_tokenizer(root, final[run.key], tokenizer)
         log.info("unigram entropies of %s (tokenizer %s)", run.key, source)
         entropies = unigram_entropies_for_run(run.train, source)
-        ratio = model_config_from_args(run.train.model, run.train.data).mask_ratio
+        ratio = model_config(run.train.model, run.train.data).mask_ratio
         rows.append({"run": run.key, "mask_ratio": ratio, **entropies, "tokenizer": str(source), "smoothing": SMOOTHING})
     atomic_write_text(root / UNIGRAM_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     return root / UNIGRAM_FILE

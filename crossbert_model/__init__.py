@@ -6,12 +6,16 @@ Importing this package registers the `crossbert` model type with transformers, s
 
 from transformers import AutoConfig, AutoModel
 
-from .config import PRESETS, CrossBertConfig, config_from_preset, parameter_counts, training_flops_by_part, training_flops_per_token
-from .model import (
-    CrossBertForPreTraining,
-    CrossBertModel,
-    FlatMlmForPreTraining,
+from .config import PRESETS, CrossBertConfig
+from .model import CrossBertForPreTraining, CrossBertModel, FlatMlmForPreTraining
+from .objectives import (
+    config_from_preset,
+    objective,
+    objective_names,
+    parameter_counts,
     pretraining_model_for,
+    training_flops_by_part,
+    training_flops_per_token,
 )
 
 AutoConfig.register(CrossBertConfig.model_type, CrossBertConfig, exist_ok=True)
@@ -24,6 +28,8 @@ __all__ = [
     "CrossBertModel",
     "FlatMlmForPreTraining",
     "config_from_preset",
+    "objective",
+    "objective_names",
     "parameter_counts",
     "pretraining_model_for",
     "training_flops_by_part",

@@ -9,6 +9,7 @@ errors that list the valid ones, so a typo never silently trains the wrong model
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -22,6 +23,48 @@ T = TypeVar("T")
 
 class ConfigError(CrossbertError, ValueError):
     pass
+
+
+# Field checks: each raises ConfigError naming the field as the config file does ("optim.lr").
+
+
+def require(ok: bool, name: str, expected: str, value) -> None:
+    """The one wording of a refused value: config field NAME: expected WHAT, got VALUE."""
+    if not ok:
+        raise ConfigError(f"config field {name!r}: expected {expected}, got {value!r}")
+
+
+def positive_int(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    require(ok, name, "a positive integer" + (" or null" if optional else ""), value)
+
+
+def non_negative_int(name: str, value) -> None:
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, name, "an integer >= 0", value)
+
+
+def number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    require(ok, name, f"a number in {interval}", value)
+
+
+def positive_number(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    require(ok, name, "a positive number" + (" or null" if optional else ""), value)
+
+
+def one_of(name: str, value, choices) -> None:
+    require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
+
+
+def boolean(name: str, value) -> None:
+    require(isinstance(value, bool), name, "true or false", value)
 
 
 def _field_types(cls: type) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from .config import CrossBertConfig
-from .model import PRETRAINING_CLASSES
+from .objectives import objective_of
 from .remote_code import from_pretrained
 from .utils import atomic_path, atomic_write_json
 from .errors import CrossbertError, quoted_os_error
@@ -161,4 +161,4 @@ def pretraining_model_from_pretrained(path: str | Path):
     """The pre-training model (encoder + head or predictor) of a checkpoint, whatever its objective."""
     config = read_config(Path(path))
     check_model_file(Path(path))
-    return from_pretrained(PRETRAINING_CLASSES[config.objective], path, trust_remote_code=False)
+    return from_pretrained(objective_of(config).model_class, path, trust_remote_code=False)

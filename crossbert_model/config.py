@@ -1,8 +1,10 @@
-"""Model configuration, named size presets, and parameter / FLOP accounting.
+"""Model configuration, named size presets, and the shape arithmetic of parameters and FLOPs.
 
-One config class serves both objectives so that a flat-MLM and a CrossBERT checkpoint of the same
-preset share every encoder hyper-parameter; `objective` says which pre-training model wrote it.
-Parameter counts and FLOPs are computed from the config, never typed in.
+One config class serves every objective so that a flat-MLM and a CrossBERT checkpoint of the same
+preset share every encoder hyper-parameter; `objective` says which pre-training model wrote it. What an
+objective adds (its default mask ratio, its checks, its head's parameters and FLOPs) is the objective's
+own, in crossbert_model.objectives, which builds configs (`config_from_preset`) and counts them
+(`parameter_counts`, `training_flops_by_part`): this module knows no objective by name.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-OBJECTIVES = ("mlm", "crossbert")
+from .args import number_in, one_of, require
 
 
 class CrossBertConfig(PretrainedConfig):
@@ -32,8 +34,10 @@ class CrossBertConfig(PretrainedConfig):
         max_position_embeddings: int = 8192,
         rope_theta: float = 10000.0,
         initializer_range: float = 0.02,
-        objective: str = "mlm",
-        mask_ratio: float | None = None,
+        objective: str = "mlm",  # a name of crossbert_model.objectives, which checks it when it builds or loads a model
+        # The class default is a flat MLM's (BERT's 15%); builders take each objective's own default
+        # (crossbert_model.objectives.config_from_preset), and a saved config.json holds the value.
+        mask_ratio: float = 0.15,
         # Flat MLM corruption of the selected positions (BERT: 80% [MASK], 10% random, 10% kept).
         mlm_mask_prob: float = 0.8,
         mlm_random_prob: float = 0.1,
@@ -50,8 +54,7 @@ class CrossBertConfig(PretrainedConfig):
         num_special_tokens: int = 5,
         **kwargs,
     ):
-        if objective not in OBJECTIVES:
-            raise ValueError(f"config field 'objective': expected one of {OBJECTIVES}, got {objective!r}")
+        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
@@ -61,10 +64,6 @@ class CrossBertConfig(PretrainedConfig):
                 f"config fields 'hidden_size' ({hidden_size}) / 'num_attention_heads' ({num_attention_heads}) give a head "
                 f"dimension of {hidden_size // num_attention_heads}; rotary position embeddings need an even one"
             )
-        if mlp_type not in ("gelu", "swiglu"):
-            raise ValueError(f"config field 'mlp_type': expected 'gelu' or 'swiglu', got {mlp_type!r}")
-        if norm_type not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"config field 'norm_type': expected 'layernorm' or 'rmsnorm', got {norm_type!r}")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -77,22 +76,10 @@ class CrossBertConfig(PretrainedConfig):
         self.rope_theta = rope_theta
         self.initializer_range = initializer_range
         self.objective = objective
-        # Defaults follow DESIGN.md: 15% for BERT, 50% for CrossBERT.
-        self.mask_ratio = mask_ratio if mask_ratio is not None else (0.15 if objective == "mlm" else 0.5)
-        if not 0.0 < self.mask_ratio < 1.0:
-            raise ValueError(f"config field 'mask_ratio': expected a value in (0, 1), got {self.mask_ratio}")
-        for name, value in (("mlm_mask_prob", mlm_mask_prob), ("mlm_random_prob", mlm_random_prob)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"config field {name!r}: expected a value in [0, 1], got {value}")
-        if mlm_mask_prob + mlm_random_prob > 1.0 + 1e-9:  # the kept share is the rest
-            raise ValueError(
-                f"config fields 'mlm_mask_prob' + 'mlm_random_prob' must be at most 1, got {mlm_mask_prob} + {mlm_random_prob}"
-            )
+        self.mask_ratio = mask_ratio
         self.mlm_mask_prob = mlm_mask_prob
         self.mlm_random_prob = mlm_random_prob
         self.complementary_masking = complementary_masking
-        if objective == "crossbert" and complementary_masking:
-            cms_num_views(self.mask_ratio)  # refuses a ratio CMS cannot realise exactly
         default_layers, default_width = default_predictor_shape(hidden_size, num_hidden_layers, self.intermediate_size, mlp_type)
         self.predictor_layers = predictor_layers or default_layers
         self.predictor_hidden_size = predictor_hidden_size or default_width
@@ -116,10 +103,24 @@ class CrossBertConfig(PretrainedConfig):
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    @property
-    def num_views(self) -> int:
-        """K of the Complementary Masking Strategy: views per sequence (1 when CMS is off)."""
-        return cms_num_views(self.mask_ratio) if (self.objective == "crossbert" and self.complementary_masking) else 1
+
+MLP_TYPES = ("gelu", "swiglu")
+NORM_TYPES = ("layernorm", "rmsnorm")
+
+
+def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, section: str = "") -> None:
+    """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
+    ConfigError (a ValueError) naming the field with `section` in front ("model." for the model section,
+    crossbert_model.train_config). A mask_ratio of None is the objective's default, checked where it is chosen."""
+    if mask_ratio is not None:
+        number_in(f"{section}mask_ratio", mask_ratio, 0.0, 1.0, True, True)
+    number_in(f"{section}mlm_mask_prob", mlm_mask_prob, 0.0, 1.0, False, False)
+    number_in(f"{section}mlm_random_prob", mlm_random_prob, 0.0, 1.0, False, False)
+    # The kept share is what is left over: the two given shares cannot exceed the whole.
+    expected = f"at most 1 - {section}mlm_mask_prob ({1.0 - mlm_mask_prob:g})"
+    require(mlm_mask_prob + mlm_random_prob <= 1.0 + 1e-9, f"{section}mlm_random_prob", expected, mlm_random_prob)
+    one_of(f"{section}mlp_type", mlp_type, MLP_TYPES)
+    one_of(f"{section}norm_type", norm_type, NORM_TYPES)
 
 
 # How far r may sit from 1 - 1/K and still mean K views: r written to three decimals (0.667 for 2/3).
@@ -153,10 +154,10 @@ PREDICTOR_MIN_WIDTH = 16
 def default_predictor_shape(hidden_size: int, num_layers: int, intermediate_size: int, mlp_type: str) -> tuple[int, int]:
     """(layers, width) of the default predictor: two blocks at the widest of d/2, d/4, ... (not below 16)
     whose parameters stay within PREDICTOR_MAX_SHARE of the encoder's blocks (4x MLP, as the encoder's)."""
-    encoder = num_layers * (4 * hidden_size**2 + _mlp_params(hidden_size, intermediate_size, mlp_type))
+    encoder = num_layers * (4 * hidden_size**2 + mlp_params(hidden_size, intermediate_size, mlp_type))
     width = hidden_size // 2
     while width > PREDICTOR_MIN_WIDTH:
-        block = 2 * width**2 + 2 * hidden_size * width + _mlp_params(width, 4 * width, mlp_type)
+        block = 2 * width**2 + 2 * hidden_size * width + mlp_params(width, 4 * width, mlp_type)
         if PREDICTOR_LAYERS * block <= PREDICTOR_MAX_SHARE * encoder:
             break
         width //= 2
@@ -198,118 +199,37 @@ PRESETS: dict[str, SizePreset] = {
 }
 
 
-def config_from_preset(preset: str, **overrides) -> CrossBertConfig:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown size preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    kwargs = PRESETS[preset].as_config_kwargs()
-    kwargs.update({k: v for k, v in overrides.items() if v is not None})
-    return CrossBertConfig(**kwargs)
-
-
 # --------------------------------------------------------------------------------------------------
-# Parameter and FLOP accounting (matmul FLOPs; 1 multiply-add = 2 FLOPs; training = 3x forward,
-# the convention of Kaplan et al. 2020 and the PaLM MFU definition).
+# The shape arithmetic of parameter and FLOP accounting (matmul FLOPs; 1 multiply-add = 2 FLOPs). The
+# counts by part, which depend on the objective, are crossbert_model.objectives'.
 # --------------------------------------------------------------------------------------------------
 
 
-def _mlp_params(d: int, ff: int, mlp_type: str) -> int:
+def mlp_params(d: int, ff: int, mlp_type: str) -> int:
     return (3 if mlp_type == "swiglu" else 2) * d * ff
 
 
-def _norm_params(d: int, norm_type: str) -> int:
+def norm_params(d: int, norm_type: str) -> int:
     return 2 * d if norm_type == "layernorm" else d
 
 
 def encoder_block_params(c: CrossBertConfig) -> int:
     d = c.hidden_size
     attn = 4 * d * d
-    return attn + _mlp_params(d, c.intermediate_size, c.mlp_type) + 2 * _norm_params(d, c.norm_type)
+    return attn + mlp_params(d, c.intermediate_size, c.mlp_type) + 2 * norm_params(d, c.norm_type)
 
 
 def predictor_block_params(c: CrossBertConfig) -> int:
     d, p = c.hidden_size, c.predictor_hidden_size
     attn = 2 * p * p + 2 * d * p  # q, out on predictor width; k, v read the encoder width
-    return attn + _mlp_params(p, c.predictor_intermediate_size, c.mlp_type) + 2 * _norm_params(p, c.norm_type)
+    return attn + mlp_params(p, c.predictor_intermediate_size, c.mlp_type) + 2 * norm_params(p, c.norm_type)
 
 
-def parameter_counts(c: CrossBertConfig) -> dict[str, int]:
-    """Parameters by part. `encoder_non_embedding` is the size axis of the scaling plots.
-
-    `predictor` is CrossBERT's cross-attention predictor (its blocks, query vector, norm and projection
-    back to the encoder width), `head` what maps a hidden state to vocabulary logits besides the tied
-    embedding (flat MLM: BERT's transform + bias; CrossBERT: the bias), `pretraining_head` their sum."""
-    d = c.hidden_size
-    embedding = c.vocab_size * d
-    encoder_blocks = c.num_hidden_layers * encoder_block_params(c) + _norm_params(d, c.norm_type)
-    if c.objective == "mlm":
-        predictor = 0
-        head = d * d + d + _norm_params(d, c.norm_type) + c.vocab_size  # dense + norm + decoder bias (tied)
-    else:
-        p = c.predictor_hidden_size
-        predictor = p + c.predictor_layers * predictor_block_params(c) + _norm_params(p, c.norm_type) + (p * d if p != d else 0)
-        head = c.vocab_size
-    return {
-        "embedding": embedding,
-        "encoder_non_embedding": encoder_blocks,
-        "encoder": embedding + encoder_blocks,
-        "predictor": predictor,
-        "head": head,
-        "pretraining_head": predictor + head,
-        "total": embedding + encoder_blocks + predictor + head,
-    }
-
-
-def _encoder_forward_flops(c: CrossBertConfig, tokens: float, context: float) -> float:
+def encoder_forward_flops(c: CrossBertConfig, tokens: float, context: float) -> float:
     """Forward matmul FLOPs of the encoder for `tokens` tokens each attending to `context` keys."""
     d = c.hidden_size
     per_token_layer = 2 * encoder_block_params(c) + 2 * 2 * context * d  # weights + (QK^T, AV)
     return tokens * c.num_hidden_layers * per_token_layer
-
-
-def training_flops_by_part(c: CrossBertConfig, seq_len: int) -> dict[str, float]:
-    """Training FLOPs (3x forward) per corpus token at sequence length `seq_len`, by part.
-
-    Flat MLM: encoder on every token, head transform + vocabulary logits on the `mask_ratio` selected
-    tokens. CrossBERT: per view, the encoder runs on the visible tokens (attention context = visible
-    count), the predictor on the masked queries (plus its key/value projections of the visible
-    tokens), and the vocabulary logits on the queries; CMS runs K views per sequence.
-    """
-    d, v, r = c.hidden_size, c.vocab_size, c.mask_ratio
-    if c.objective == "mlm":
-        return {"encoder": 3.0 * _encoder_forward_flops(c, 1.0, seq_len), "predictor": 0.0,
-                "head": 3.0 * r * (2 * d * d + 2 * d * v)}  # fmt: skip
-    k = c.num_views
-    visible_frac = 1.0 / k if k > 1 else 1.0 - r
-    masked_frac = 1.0 - visible_frac
-    context = visible_frac * seq_len
-    p = c.predictor_hidden_size
-    enc = k * _encoder_forward_flops(c, visible_frac, context)
-    kv = k * visible_frac * c.predictor_layers * 2 * (2 * d * p)
-    per_query = c.predictor_layers * (2 * (2 * p * p + _mlp_params(p, c.predictor_intermediate_size, c.mlp_type)) + 2 * 2 * context * p)
-    per_query += 2 * (p * d if p != d else 0)
-    queries = k * masked_frac
-    return {"encoder": 3.0 * enc, "predictor": 3.0 * (queries * per_query + kv), "head": 3.0 * queries * 2 * d * v}
-
-
-def training_flops_per_token(c: CrossBertConfig, seq_len: int) -> float:
-    """Training FLOPs (3x forward) per corpus token: the sum of `training_flops_by_part`."""
-    return sum(training_flops_by_part(c, seq_len).values())
-
-
-def describe(c: CrossBertConfig, seq_len: int) -> dict:
-    counts = parameter_counts(c)
-    return {
-        "objective": c.objective,
-        "hidden_size": c.hidden_size,
-        "layers": c.num_hidden_layers,
-        "heads": c.num_attention_heads,
-        "mask_ratio": c.mask_ratio,
-        "views": c.num_views,
-        **{f"params_{k}": v for k, v in counts.items()},
-        "predictor_share": counts["predictor"] / counts["encoder_non_embedding"],
-        **{f"train_flops_{k}": v for k, v in training_flops_by_part(c, seq_len).items()},
-        "train_flops_per_token": training_flops_per_token(c, seq_len),
-    }
 
 
 def format_count(n: float) -> str:

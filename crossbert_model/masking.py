@@ -14,7 +14,9 @@ Two families:
   what the encoder sees; everything real and not visible in a view is a prediction query of it.
 
 How many tokens a row predicts depends on its real-token count only, never on the draw
-(`targets_per_row`): every process knows the global batch's count without drawing the other rows.
+(`mlm_targets_per_row`, `crossbert_targets_per_row`): every process knows the global batch's count
+without drawing the other rows. Which builder and which count a config uses is its objective's
+(crossbert_model.objectives).
 """
 
 from __future__ import annotations
@@ -177,14 +179,18 @@ def crossbert_views(attention_mask: torch.Tensor, *, mask_ratio: float, compleme
     return random_views(attention_mask, mask_ratio, rng)
 
 
-def targets_per_row(n_real: torch.Tensor, config) -> torch.Tensor:
-    """How many tokens each row predicts, from its real-token count n alone (the draw decides which,
-    never how many): MLM round(r n); CMS every token in the K - 1 views that mask it, except that a view
-    with no visible token (n < K) predicts nothing; random views n - round((1 - r) n)."""
+def mlm_targets_per_row(n_real: torch.Tensor, config) -> torch.Tensor:
+    """How many tokens each row of a flat MLM predicts, from its real-token count n alone (the draw
+    decides which, never how many): round(r n)."""
+    return torch.from_numpy(_count(n_real.cpu().numpy().astype(np.int64), config.mask_ratio))
+
+
+def crossbert_targets_per_row(n_real: torch.Tensor, config) -> torch.Tensor:
+    """How many tokens each row of a CrossBERT predicts, from its real-token count n alone: CMS every
+    token in the K - 1 views that mask it, except that a view with no visible token (n < K) predicts
+    nothing; random views n - round((1 - r) n)."""
     n = n_real.cpu().numpy().astype(np.int64)
-    if config.objective == "mlm":
-        counts = _count(n, config.mask_ratio)
-    elif config.complementary_masking:
+    if config.complementary_masking:
         counts = (np.minimum(n, cms_num_views(config.mask_ratio)) - 1).clip(min=0) * n
     else:
         counts = n - _count(n, 1.0 - config.mask_ratio)
@@ -197,7 +203,7 @@ def pack_positions(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | N
     select: (N, T) bool. Returns (positions, valid), both (N, L) with L = max True count per row;
     positions of invalid (padding) slots point at 0; `valid` is None when every row has L (packed
     sequences: no mask to build, send or apply). L is read from the data (a host-device
-    synchronisation on an accelerator): the trainer packs on the host, see `pretraining_batch`.
+    synchronisation on an accelerator): the trainer packs on the host, see `mlm_batch` / `crossbert_batch`.
     """
     n, t = select.shape
     counts = select.sum(dim=1)
@@ -248,29 +254,33 @@ def crossbert_packing(visible: torch.Tensor, attention_mask: torch.Tensor | None
     }
 
 
-def pretraining_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, rng: RowRandom) -> dict:
-    """The model inputs of one pre-training step for `config.objective`, masks drawn from `rng` (which
-    global rows of which step the batch holds).
+# The batch builders of the objectives (crossbert_model.objectives: `pretraining_batch` picks one). Each
+# builds on the host (CPU), where reading the data costs no synchronisation: every data-dependent shape
+# (how many tokens each view sees, how many each row predicts) is decided here, so the step on an
+# accelerator runs without waiting for the device. `attention_mask` goes to the model as None when no
+# row is padded (packed pre-training sequences), and so do the validity masks when every row has the
+# same count (always, for packed sequences when K divides the length).
 
-    Built on the host (CPU), where reading the data costs no synchronisation: every data-dependent
-    shape (how many tokens each view sees, how many each row predicts) is decided here, so the step
-    on an accelerator runs without waiting for the device. `attention_mask` is None when no row is
-    padded (packed pre-training sequences), and so are the validity masks when every row has the
-    same count (always, for packed sequences when K divides the length)."""
+
+def mlm_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, rng: RowRandom) -> dict:
+    """A flat MLM's inputs: BERT's corruption of the selected tokens, and where they are, left-packed."""
+    batch = mlm_masking(
+        input_ids,
+        attention_mask,
+        mask_ratio=config.mask_ratio,
+        mask_token_id=config.mask_token_id,
+        vocab_size=config.vocab_size,
+        num_special_tokens=config.num_special_tokens,
+        rng=rng,
+        mask_prob=config.mlm_mask_prob,
+        random_prob=config.mlm_random_prob,
+    )
+    return {**batch, "attention_mask": none_if_all(attention_mask.bool()), **mlm_targets(batch["labels"])}
+
+
+def crossbert_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, rng: RowRandom) -> dict:
+    """A CrossBERT's inputs: the uncorrupted tokens, the views (CMS or random) and their packing."""
     real = none_if_all(attention_mask.bool())
-    if config.objective == "mlm":
-        batch = mlm_masking(
-            input_ids,
-            attention_mask,
-            mask_ratio=config.mask_ratio,
-            mask_token_id=config.mask_token_id,
-            vocab_size=config.vocab_size,
-            num_special_tokens=config.num_special_tokens,
-            rng=rng,
-            mask_prob=config.mlm_mask_prob,
-            random_prob=config.mlm_random_prob,
-        )
-        return {**batch, "attention_mask": real, **mlm_targets(batch["labels"])}
     visible = crossbert_views(
         attention_mask, mask_ratio=config.mask_ratio, complementary=config.complementary_masking, rng=rng
     )

@@ -285,7 +285,7 @@ def _check_objective(config: CrossBertConfig, expected: str, cls: type) -> None:
     if config.objective != expected:
         raise ValueError(
             f"{cls.__name__} needs a config with objective={expected!r}, but this one has objective={config.objective!r}: "
-            f"load it with {'CrossBertForPreTraining' if config.objective == 'crossbert' else 'FlatMlmForPreTraining'} "
+            "load it with `crossbert_model.pretraining_model_for` (the class of its objective) "
             "or `crossbert_model.pretraining_model_from_pretrained`, or the encoder alone with AutoModel"
         )
 
@@ -379,10 +379,3 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
             context, enc_positions, enc_valid, query_positions, query_valid, self.encoder.embeddings.weight
         )
         return _masked_lm_loss(logits, select_rows(ids, query_positions, query_valid))
-
-
-PRETRAINING_CLASSES = {"mlm": FlatMlmForPreTraining, "crossbert": CrossBertForPreTraining}
-
-
-def pretraining_model_for(config: CrossBertConfig) -> CrossBertPreTrainedModel:
-    return PRETRAINING_CLASSES[config.objective](config)

@@ -30,8 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .args import load_config
 from .errors import CrossbertError
 from .masking import random_ranks
+from .objectives import objective_of
+from .train_config import TrainConfig
+from .utils import data_root
 
 # The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
 # gives K = 2 exact complements), so each objective is also scored at the other's working point. A run
@@ -88,17 +92,12 @@ def protocol_selection(attention_mask: torch.Tensor, ratio: float, generator: to
 
 
 def protocol_batch(config, input_ids: torch.Tensor, attention_mask: torch.Tensor, selected: torch.Tensor) -> dict:
-    """The model inputs that ask the model of `config` to predict exactly the `selected` tokens.
-
-    Flat MLM: every selected token -> [MASK], nothing else changed; labels at the selected ones.
-    CrossBERT: one view (B, 1, T) in which the visible tokens are the real, unselected ones."""
+    """The model inputs that ask the model of `config` to predict exactly the `selected` tokens, as its
+    objective puts them (crossbert_model.objectives). Flat MLM: every selected token -> [MASK], nothing
+    else changed; labels at the selected ones. CrossBERT: one view (B, 1, T) in which the visible tokens
+    are the real, unselected ones."""
     selected = selected.to(input_ids.device) & attention_mask.bool()
-    if config.objective == "mlm":
-        masked_ids = input_ids.masked_fill(selected, config.mask_token_id)
-        labels = input_ids.masked_fill(~selected, -100)
-        return {"input_ids": masked_ids, "attention_mask": attention_mask, "labels": labels}
-    visible = (attention_mask.bool() & ~selected).unsqueeze(1)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "visible": visible}
+    return objective_of(config).protocol_batch(config, input_ids, attention_mask, selected)
 
 
 def shared_protocol_loss(
@@ -156,14 +155,10 @@ def shared_loss_metrics(sums: dict[float, tuple[float, int]]) -> dict:
     return metrics
 
 
-def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None):
+def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     """The TrainConfig of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to, from
     the run's config.yaml (`overrides`: key=value strings as on the command line, e.g.
     ["data.cache_dir=/elsewhere/cache"]), set to read the corpus with the checkpoint's own tokenizer."""
-    from .args import load_config
-    from .train import TrainConfig
-    from .utils import data_root
-
     path = Path(path)
     config_file = path.parent.parent / "config.yaml"
     if not config_file.is_file():

@@ -7,17 +7,17 @@ Every step is a pure function of (seed, step): the batch comes from `EpochSample
 from (seed, step, its index in the global batch) (`masking.RowRandom`), so every process draws only its
 own rows. Hence resuming from a checkpoint reproduces the uninterrupted run, and N processes reproduce
 one process at the same global batch. The loss is normalised by the number of predicted tokens of the
-global batch, which each process knows without the others' masks (`masking.targets_per_row`), so
+global batch, which each process knows without the others' masks (`objectives.targets_per_row`), so
 gradient accumulation, DDP and FSDP give the same update as one big batch.
 
-Before anything is written the config is validated (each error names its field) and `dtype=auto` is
-resolved to fp32 or bf16 for the life of the run. A step whose loss or gradient norm is non-finite, or
-whose loss is above `divergence_threshold`, stops the run before the update, and a diverged model is
-never checkpointed; `resume_allow_changes=[optim.lr]` continues from the latest checkpoint with
-another learning rate, recorded in run_info.json.
+Before anything is written the config is validated (crossbert_model.train_config: each error names its
+field) and `dtype=auto` is resolved to fp32 or bf16 for the life of the run. A step whose loss or
+gradient norm is non-finite, or whose loss is above `divergence_threshold`, stops the run before the
+update, and a diverged model is never checkpointed; `resume_allow_changes=[optim.lr]` continues from
+the latest checkpoint with another learning rate, recorded in run_info.json.
 
 On an accelerator the step never waits for the device: batches and masks are prepared on the host,
-ahead, on pinned memory, with every data-dependent shape decided there (`masking.pretraining_batch`);
+ahead, on pinned memory, with every data-dependent shape decided there (`objectives.pretraining_batch`);
 the loss and gradient norm stay on the device and are read only every `log_every` steps, at
 evaluations and checkpoints, where the divergence check then runs (a diverged model is still never
 checkpointed). On the CPU reading costs nothing, so they are read and checked at every step.
@@ -37,7 +37,6 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -59,116 +58,27 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .claims import exclusive_folder
-from .config import OBJECTIVES, PRESETS, CrossBertConfig, config_from_preset, describe, training_flops_per_token
-from .data import CorpusData, DataArgs, EpochSampler, check_tokenizer_matches, corpus_location, prepare_data, special_token_config
-from .data import unigram_counts
-from .hardware import DTYPES, matmul_flops, resolve_precision, torch_autocast_dtype
-from .masking import MASKING_SCHEME, RowRandom, pretraining_batch, target_ids, targets_per_row
-from .model import Block, PredictorBlock, pretraining_model_for
+from .config import CrossBertConfig
+from .data import CorpusData, EpochSampler, corpus_location, prepare_data, unigram_counts
+from .hardware import matmul_flops, resolve_precision, torch_autocast_dtype
+from .masking import MASKING_SCHEME, RowRandom, target_ids
+from .model import Block, PredictorBlock
+from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
 from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
 from .shared_loss import checkpoint_train_config, protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
 from .errors import CrossbertError, debug_requested, exit_on_user_error
+from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, model_config, validate_config
+
+# The config schema is train_config's; scripts written before it had its own module import it from here.
+from .data import DataArgs  # noqa: E402,F401
+from .train_config import ModelArgs  # noqa: E402,F401
 
 log = logging.getLogger("crossbert.train")
 
 
-@dataclass
-class ModelArgs:
-    preset: str = "tiny"
-    objective: str = "mlm"  # "mlm" (flat BERT) | "crossbert"
-    mask_ratio: float | None = None  # default: 0.15 for mlm, 0.5 for crossbert
-    # Flat MLM corruption of the selected tokens: shares replaced by [MASK] / by a random token; the
-    # rest are kept (BERT: 0.8 / 0.1 / 0.1). Pure masking: mlm_mask_prob=1.0 mlm_random_prob=0.0.
-    mlm_mask_prob: float = 0.8
-    mlm_random_prob: float = 0.1
-    complementary_masking: bool = True
-    predictor_layers: int | None = None  # default and width: crossbert_model.config.default_predictor_shape
-    predictor_hidden_size: int | None = None
-    predictor_heads: int | None = None  # default: the encoder's head width (crossbert_model.config)
-    hidden_size: int | None = None  # overrides of the preset's shape
-    num_hidden_layers: int | None = None
-    num_attention_heads: int | None = None
-    intermediate_size: int | None = None
-    mlp_type: str = "gelu"
-    norm_type: str = "layernorm"
-
-
-@dataclass
-class OptimArgs:
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-6
-    warmup_steps: int = 100
-    schedule: str = "cosine"  # cosine | linear | constant (after warm-up)
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
-
-
-@dataclass
-class TrainConfig:
-    name: str = "run"
-    out_dir: str = "runs"
-    seed: int = 0
-    steps: int = 1000
-    max_tokens: int | None = None  # corpus-token budget; when set it decides `steps`
-    batch_size: int = 32  # sequences per optimizer step, over all processes
-    grad_accum: int = 1
-    dtype: str = "auto"  # auto | fp32 | bf16 (autocast); auto is resolved once at the start, config.yaml holds the result
-    log_every: int = 10
-    eval_every: int = 200
-    eval_sequences: int = 256
-    checkpoint_steps: list[int] = field(default_factory=list)  # kept for probing along training
-    checkpoint_every: int = 0  # periodic resume points; the newest KEEP_PERIODIC are kept
-    resume: bool = True
-    distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
-    num_threads: int | None = None
-    peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
-    # torch.compile the training forward (the saved model is the same); under FSDP each block is compiled
-    # on its own. Off by default: on a 2-core CPU it costs 40-66 s of compilation per model for runs of
-    # minutes (bench/cpu_speedups.py), and on GPUs it is measured by bench/gpu_check.py before it becomes
-    # a default there.
-    compile: bool = False
-    # torch.use_deterministic_algorithms for the run's process: a compiled CrossBERT step is otherwise not
-    # reproducible run to run on a CPU (two 30-step nano runs from one seed ended at losses 7.39873 and 7.39889;
-    # with this set, or eager, bit-identical). Off by default: it constrains kernels (a compiled tiny CrossBERT
-    # step ran at 0.84-1.02x the default's speed with it on this CPU: bench/deterministic_cost.py), and on a GPU it also needs CUBLAS_WORKSPACE_CONFIG.
-    deterministic: bool = False
-    # Recompute each block's activations in the backward instead of keeping them (torch.utils.checkpoint):
-    # activation memory for about one more forward of compute, with the same loss and gradients. For
-    # models or batches that do not fit otherwise (large presets, long sequences).
-    activation_checkpointing: bool = False
-    # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
-    # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
-    resume_allow_changes: list[str] = field(default_factory=list)
-    model: ModelArgs = field(default_factory=ModelArgs)
-    data: DataArgs = field(default_factory=DataArgs)
-    optim: OptimArgs = field(default_factory=OptimArgs)
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out_dir) / self.name
-
-    def total_steps(self) -> int:
-        if self.max_tokens:
-            return max(1, math.ceil(self.max_tokens / (self.batch_size * (self.data.seq_len))))
-        return self.steps
-
-
-# Keys that do not change what is trained: a run may be resumed with other values for them.
-NON_DEFINING_KEYS = {
-    "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
-    "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
-    "data.trust_remote_code",
-}  # fmt: skip
-
 # Periodic resume points (checkpoint_every) kept: two, so that a damaged newest one has a fallback.
 KEEP_PERIODIC = 2
-# Seeds: torch.manual_seed takes at most 64 bits, numpy's SeedSequence no negative number.
-MAX_SEED = 2**63 - 1
 
 
 class TrainingDivergedError(CrossbertError, RuntimeError):
@@ -192,167 +102,6 @@ def divergence_threshold(vocab_size: int) -> float:
 
 def loss_is_usable(loss: float | None, threshold: float) -> bool:
     return loss is None or (math.isfinite(loss) and loss <= threshold)
-
-
-# --------------------------------------------------------------------------------------------------
-# Config validation: every value checked before anything is written, each error names its field.
-# --------------------------------------------------------------------------------------------------
-
-
-def _require(ok: bool, name: str, expected: str, value) -> None:
-    if not ok:
-        raise ConfigError(f"config field {name!r}: expected {expected}, got {value!r}")
-
-
-def _positive_int(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    _require(ok, name, "a positive integer" + (" or null" if optional else ""), value)
-
-
-def _non_negative_int(name: str, value) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, name, "an integer >= 0", value)
-
-
-def _number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    _require(ok, name, f"a number in {interval}", value)
-
-
-def _positive_number(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    _require(ok, name, "a positive number" + (" or null" if optional else ""), value)
-
-
-def _one_of(name: str, value, choices) -> None:
-    _require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
-
-
-def _boolean(name: str, value) -> None:
-    _require(isinstance(value, bool), name, "true or false", value)
-
-
-def check_seed(name: str, value, kind: str = "config field") -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
-    if not ok:
-        raise ConfigError(f"{kind} {name!r}: expected an integer from 0 to 2**63 - 1, got {value!r}")
-
-
-def validate_config(cfg: TrainConfig) -> None:
-    """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
-    check_seed("seed", cfg.seed)
-    if cfg.max_tokens is None:
-        _positive_int("steps", cfg.steps)
-    _positive_int("max_tokens", cfg.max_tokens, optional=True)
-    for name in ("batch_size", "grad_accum", "log_every"):
-        _positive_int(name, getattr(cfg, name))
-    for name in ("eval_every", "eval_sequences", "checkpoint_every"):  # 0: only at checkpoints / none / off
-        _non_negative_int(name, getattr(cfg, name))
-    for i, step in enumerate(cfg.checkpoint_steps):
-        _positive_int(f"checkpoint_steps[{i}]", step)
-    _positive_int("num_threads", cfg.num_threads, optional=True)
-    _positive_number("peak_flops", cfg.peak_flops, optional=True)
-    _one_of("dtype", cfg.dtype, DTYPES)
-    _one_of("distributed", cfg.distributed, ("ddp", "fsdp"))
-    for name in ("resume", "compile", "deterministic", "activation_checkpointing"):
-        _boolean(name, getattr(cfg, name))
-    _require(cfg.batch_size % cfg.grad_accum == 0, "batch_size", f"a multiple of grad_accum ({cfg.grad_accum})", cfg.batch_size)
-    _validate_model(cfg.model)
-    _validate_data(cfg.data)
-    _validate_optim(cfg.optim)
-    _check_dotted_keys("resume_allow_changes", cfg.resume_allow_changes, cfg)
-    try:
-        model_config_from_args(cfg.model, cfg.data)
-    except ValueError as e:  # what CrossBertConfig itself refuses (e.g. hidden_size not divisible by heads)
-        raise ConfigError(f"config section 'model': {e}") from None
-
-
-def _validate_model(m: ModelArgs) -> None:
-    _one_of("model.preset", m.preset, tuple(PRESETS))
-    _one_of("model.objective", m.objective, OBJECTIVES)
-    if m.mask_ratio is not None:
-        _number_in("model.mask_ratio", m.mask_ratio, 0.0, 1.0, True, True)
-    _number_in("model.mlm_mask_prob", m.mlm_mask_prob, 0.0, 1.0, False, False)
-    _number_in("model.mlm_random_prob", m.mlm_random_prob, 0.0, 1.0, False, False)
-    # The kept share is what is left over: the two given shares cannot exceed the whole.
-    total = m.mlm_mask_prob + m.mlm_random_prob
-    expected = f"at most 1 - model.mlm_mask_prob ({1.0 - m.mlm_mask_prob:g})"
-    _require(total <= 1.0 + 1e-9, "model.mlm_random_prob", expected, m.mlm_random_prob)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
-        _positive_int(f"model.{name}", getattr(m, name), optional=True)
-    _one_of("model.mlp_type", m.mlp_type, ("gelu", "swiglu"))
-    _one_of("model.norm_type", m.norm_type, ("layernorm", "rmsnorm"))
-
-
-def _validate_data(d: DataArgs) -> None:
-    _require(isinstance(d.seq_len, int) and d.seq_len >= 3, "data.seq_len", "an integer >= 3 ([CLS] + text + [SEP])", d.seq_len)
-    _positive_int("data.vocab_size", d.vocab_size)
-    _number_in("data.val_fraction", d.val_fraction, 0.0, 1.0, False, True)
-    _positive_int("data.max_documents", d.max_documents, optional=True)
-    _boolean("data.trust_remote_code", d.trust_remote_code)
-
-
-def _validate_optim(o: OptimArgs) -> None:
-    _positive_number("optim.lr", o.lr)
-    _number_in("optim.weight_decay", o.weight_decay, 0.0, math.inf, False, True)
-    _number_in("optim.beta1", o.beta1, 0.0, 1.0, False, True)
-    _number_in("optim.beta2", o.beta2, 0.0, 1.0, False, True)
-    _positive_number("optim.eps", o.eps)
-    _non_negative_int("optim.warmup_steps", o.warmup_steps)
-    _one_of("optim.schedule", o.schedule, ("cosine", "linear", "constant"))
-    _number_in("optim.min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, False, False)
-    _positive_number("optim.grad_clip", o.grad_clip)
-
-
-def _dotted_keys(data: dict, prefix: str = "") -> set[str]:
-    keys = set()
-    for k, v in data.items():
-        keys.add(prefix + k)
-        if isinstance(v, dict):
-            keys |= _dotted_keys(v, f"{prefix}{k}.")
-    return keys
-
-
-def _check_dotted_keys(name: str, keys: list[str], cfg: TrainConfig) -> None:
-    valid = _dotted_keys(to_dict(cfg))
-    for key in keys:
-        if key not in valid:
-            raise ConfigError(f"config field {name!r}: expected dotted config keys such as optim.lr, got unknown key {key!r}")
-
-
-def model_config_from_args(m: ModelArgs, data: DataArgs, tokenizer=None) -> CrossBertConfig:
-    """The one translation of model + data args into a CrossBertConfig (trainer and sweep planning).
-
-    With a tokenizer, the vocabulary and special-token ids are the tokenizer's. Without one (FLOP
-    planning before any data is prepared) the vocabulary is `data.vocab_size`, the size a trained
-    WordPiece is asked for; ids keep their defaults, which do not change the shape."""
-    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}
-    tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
-    return config_from_preset(
-        m.preset,
-        objective=m.objective,
-        mask_ratio=m.mask_ratio,
-        complementary_masking=m.complementary_masking,
-        mlm_mask_prob=m.mlm_mask_prob,
-        mlm_random_prob=m.mlm_random_prob,
-        predictor_layers=m.predictor_layers,
-        mlp_type=m.mlp_type,
-        norm_type=m.norm_type,
-        max_position_embeddings=data.seq_len,
-        **shape,
-        **tokens,
-    )
-
-
-def build_model_config(cfg: TrainConfig, tokenizer) -> CrossBertConfig:
-    config = model_config_from_args(cfg.model, cfg.data, tokenizer)
-    check_tokenizer_matches(config, tokenizer, f"tokenizer {cfg.data.tokenizer!r}")
-    return config
 
 
 def lr_at(step: int, total: int, o: OptimArgs) -> float:
@@ -404,7 +153,7 @@ def unigram_entropies_for_run(cfg: TrainConfig, tokenizer: str | Path | None = N
     if "data_root" in cfg.data.corpus:
         cfg.data.data_root = str(data_root(cfg.data.data_root))
     data = prepare_data(cfg.data)
-    return unigram_entropies(data, build_model_config(cfg, data.tokenizer), cfg)
+    return unigram_entropies(data, model_config(cfg.model, cfg.data, data.tokenizer), cfg)
 
 
 def unigram_entropies_for_checkpoint(path: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
@@ -540,7 +289,7 @@ class Trainer:
             self.data = prepare_data(cfg.data)
 
         self.validation = validation_plan(cfg, self.data)
-        self.model_config = build_model_config(cfg, self.data.tokenizer)
+        self.model_config = model_config(cfg.model, cfg.data, self.data.tokenizer)  # built once, with the vocabulary
         self.max_loss = divergence_threshold(self.model_config.vocab_size)
         # Where a model that knows only token frequencies stands: recorded in run_info.json and beside
         # every evaluation's losses (crossbert_model.plateau).
@@ -850,7 +599,7 @@ class Trainer:
             self.precision["reason"], corpus_location(cfg.data),
         )  # fmt: skip
         self.model.train()
-        views = self.model_config.num_views
+        views = num_views(self.model_config)
         bar = tqdm(total=self.total_steps, initial=self.start_step, desc=f"train {cfg.name}", disable=not env.is_main or None)
         if self.start_step == 0:
             initial = self.evaluate()  # the untrained model: where the validation curve starts

@@ -122,9 +122,9 @@ def _spy(config):
 
 
 def _objective_configs():
-    from crossbert_model.config import config_from_preset
+    from crossbert_model.objectives import config_from_preset, objective_names
 
-    return {o: config_from_preset("nano", objective=o, vocab_size=2048) for o in ("mlm", "crossbert")}
+    return {o: config_from_preset("nano", objective=o, vocab_size=2048) for o in objective_names()}
 
 
 @pytest.mark.parametrize("ratio", [0.15, 0.5])
@@ -197,8 +197,9 @@ def test_pure_masking_replaces_every_selected_token_by_mask(real_batch):
 @pytest.mark.parametrize("objective, ratio, cms", [("mlm", 0.15, True), ("crossbert", 0.5, True), ("crossbert", 2 / 3, True),
                                                     ("crossbert", 0.5, False)])  # fmt: skip
 def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(real_batch, objective, ratio, cms):
-    from crossbert_model.config import config_from_preset
-    from crossbert_model.masking import pretraining_batch, target_ids
+    from crossbert_model.objectives import config_from_preset
+    from crossbert_model.masking import target_ids
+    from crossbert_model.objectives import pretraining_batch
 
     ids, attention = real_batch
     config = config_from_preset("nano", objective=objective, vocab_size=2048, mask_ratio=ratio, complementary_masking=cms)
@@ -225,7 +226,7 @@ SPECS = {
 
 
 def _config(name):
-    from crossbert_model.config import config_from_preset
+    from crossbert_model.objectives import config_from_preset
 
     return config_from_preset("nano", vocab_size=2048, **SPECS[name])
 
@@ -234,7 +235,7 @@ def _config(name):
 def test_a_process_drawing_only_its_rows_gets_exactly_those_rows_of_the_global_batch(corpus, name):
     """Rows 8-15 drawn alone (as rank 1 of 2 does) are rows 8-15 of the 16-row global batch, bit for bit,
     packing included: so N processes train on the masks one process draws."""
-    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.objectives import pretraining_batch
 
     config, ids = _config(name), corpus.train.get(list(range(16)))
     step = RowRandom(seed=3, step=7)
@@ -256,7 +257,7 @@ def test_a_process_drawing_only_its_rows_gets_exactly_those_rows_of_the_global_b
 def test_targets_per_row_is_the_count_every_draw_predicts(real_batch, name):
     """The loss normaliser of the global batch is known from the rows' lengths alone, including rows
     shorter than K (a view without a visible token predicts nothing), so no process needs the others' masks."""
-    from crossbert_model.masking import pretraining_batch, targets_per_row
+    from crossbert_model.objectives import pretraining_batch, targets_per_row
 
     config = _config(name)
     ids, attention = real_batch
@@ -280,7 +281,7 @@ def test_targets_per_row_is_the_count_every_draw_predicts(real_batch, name):
 def test_every_position_is_masked_equally_often(name):
     """The counter-based draws are uniform over positions: over 4,096 rows of 64 tokens each position is a
     target (MLM) / visible in view 0 (CrossBERT) at the expected rate, within 5 binomial standard errors."""
-    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.objectives import pretraining_batch
 
     config = _config(name)
     ids = torch.randint(5, 2048, (4096, 64), generator=torch.Generator().manual_seed(0))

@@ -7,6 +7,7 @@ from transformers import AutoConfig, AutoModel
 import crossbert_model as cm
 from crossbert_model.checkpoint import CheckpointError, pretraining_model_from_pretrained
 from crossbert_model.masking import RowRandom, crossbert_views, mlm_masking, pack_positions
+from crossbert_model.objectives import num_views
 
 
 def build(objective, vocab, **kw):
@@ -82,7 +83,7 @@ def test_encoder_on_visible_tokens_equals_full_sequence_with_masked_keys(real_ba
     assert torch.allclose(gathered[enc_valid], expected[enc_valid], atol=1e-5)
 
 
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", cm.objective_names())
 def test_save_then_automodel_reload_gives_identical_outputs(real_batch, tmp_path, objective):
     ids, attention = real_batch
     model = build(objective, 2048)
@@ -114,7 +115,7 @@ def test_loading_a_checkpoint_as_the_wrong_kind_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("preset", list(cm.PRESETS))
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", cm.objective_names())
 def test_parameter_counts_are_computed_exactly(preset, objective):
     config = cm.config_from_preset(preset, objective=objective, vocab_size=8192)
     with torch.device("meta"):
@@ -141,7 +142,7 @@ def test_an_explicit_predictor_shape_overrides_the_default():
 
 
 def test_training_flops_by_part_sum_to_the_total_and_the_mlm_has_no_predictor():
-    for objective in ("mlm", "crossbert"):
+    for objective in cm.objective_names():
         config = cm.config_from_preset("mini", objective=objective)
         parts = cm.training_flops_by_part(config, 128)
         assert sum(parts.values()) == pytest.approx(cm.training_flops_per_token(config, 128))
@@ -150,7 +151,7 @@ def test_training_flops_by_part_sum_to_the_total_and_the_mlm_has_no_predictor():
 
 @pytest.mark.parametrize("ratio, views", [(0.5, 2), (2 / 3, 3), (0.667, 3), (0.75, 4), (0.8, 5)])
 def test_cms_takes_ratios_with_a_whole_number_of_views(ratio, views):
-    assert cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio).num_views == views
+    assert num_views(cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio)) == views
 
 
 @pytest.mark.parametrize("ratio", [0.6, 0.3, 0.7, 0.9 - 0.01])
@@ -158,7 +159,7 @@ def test_cms_refuses_a_ratio_it_cannot_realise_exactly(ratio):
     with pytest.raises(ValueError, match="mask_ratio.*whole number"):
         cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio)
     # without CMS any ratio is one random mask of exactly that share
-    assert cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio, complementary_masking=False).num_views == 1
+    assert num_views(cm.config_from_preset("nano", objective="crossbert", mask_ratio=ratio, complementary_masking=False)) == 1
 
 
 def test_training_flops_follow_the_shape():
@@ -223,7 +224,7 @@ def test_shared_loss_over_a_set_is_sum_over_count_not_a_mean_of_batch_means(real
     assert metrics["shared_targets_r15"] == sum(min(round(0.15 * n), n - 1) for n in attention.sum(dim=1).tolist())
 
 
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", cm.objective_names())
 def test_an_untrained_models_shared_loss_is_near_ln_vocab(real_batch, objective):
     import math
 
@@ -240,12 +241,12 @@ def test_an_untrained_models_shared_loss_is_near_ln_vocab(real_batch, objective)
 # -- activation checkpointing and compilation per block (issue 24 item 4) ---------------------------------------
 
 
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", cm.objective_names())
 def test_activation_checkpointing_gives_the_same_loss_and_gradients(real_batch, objective):
     """Blocks that recompute their activations in the backward (torch.utils.checkpoint, non-reentrant)
     give the loss and every gradient of blocks that keep them, bit for bit on the CPU, and do recompute:
     each block runs twice per step (a checkpointing that silently did nothing fails here)."""
-    from crossbert_model.masking import pretraining_batch
+    from crossbert_model.objectives import pretraining_batch
     from crossbert_model.model import Block, PredictorBlock
 
     ids, attention = real_batch

@@ -162,12 +162,12 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "+".join(o.split(".")[-1] for o in s) or "preset")
 def test_planned_flops_are_those_of_the_model_the_trainer_builds(shape):
-    from crossbert_model.config import training_flops_per_token
-    from crossbert_model.train import build_model_config
+    from crossbert_model.objectives import training_flops_per_token
+    from crossbert_model.train_config import model_config
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14", *shape])
     for run in plan_runs(cfg):
-        built = build_model_config(run.train, _TokenizerOfSize(run.train.data.vocab_size))
+        built = model_config(run.train.model, run.train.data, _TokenizerOfSize(run.train.data.vocab_size))
         assert run.flops_per_token == training_flops_per_token(built, run.train.data.seq_len), run.key
 
 

@@ -18,7 +18,9 @@ from transformers import AutoModel
 from crossbert_model.args import ConfigError, load_config
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.data import DataArgs, DataError, prepare_data
-from crossbert_model.train import TrainConfig, TrainingDivergedError, train
+from crossbert_model.objectives import objective_names
+from crossbert_model.train import TrainingDivergedError, train
+from crossbert_model.train_config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +42,7 @@ def losses(run_dir: Path) -> list[float]:
     return [row["loss"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
 
 
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", objective_names())
 def test_resume_gives_the_same_run_as_an_uninterrupted_one(corpus_args, tmp_path, objective):
     straight = train(tiny_config(corpus_args, tmp_path, objective, name="straight"))
     # first half, then a "killed" run: the final checkpoint never got written
@@ -155,8 +157,9 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     non-final micro-batch (set_requires_gradient_sync(False))."""
     from safetensors.torch import load_file
 
-    from crossbert_model.model import Block, PredictorBlock, pretraining_model_for
-    from crossbert_model.train import model_config_from_args
+    from crossbert_model.model import Block, PredictorBlock
+    from crossbert_model.objectives import pretraining_model_for
+    from crossbert_model.train_config import model_config
 
     common = dict(steps=2, eval_every=0, eval_sequences=8)
     one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
@@ -170,7 +173,7 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     weights = {cfg.name: load_file(str(list_checkpoints(cfg.run_dir)[-1][1] / "model.safetensors")) for cfg in (one, two)}
     for name, value in weights["one"].items():
         torch.testing.assert_close(weights["two"][name], value, rtol=1e-5, atol=1e-6, msg=name)
-    model = pretraining_model_for(model_config_from_args(two.model, two.data))
+    model = pretraining_model_for(model_config(two.model, two.data))
     units = 1 + sum(isinstance(m, (Block, PredictorBlock)) for m in model.modules())  # each block, then the root
     for rank in collectives:
         assert rank["reduce_scatter"] == ["torch.float32"] * (two.steps * units)
@@ -197,7 +200,7 @@ def test_activation_checkpointing_is_a_trainer_option_for_both_objectives(corpus
     from crossbert_model.model import CheckpointableBlock
     from crossbert_model.train import NON_DEFINING_KEYS, Trainer
 
-    for objective in ("mlm", "crossbert"):
+    for objective in objective_names():
         trainer = Trainer(tiny_config(corpus_args, tmp_path, objective, activation_checkpointing=True, eval_sequences=0))
         blocks = [m for m in trainer.model.modules() if isinstance(m, CheckpointableBlock)]
         assert blocks and all(b.activation_checkpointing for b in blocks), objective
@@ -474,25 +477,26 @@ def test_a_corpus_byte_that_is_not_utf8_is_named_with_file_line_and_offset(tmp_p
 
 
 def test_mlm_corruption_shares_reach_the_model_config_and_the_training_batch(corpus_args):
-    from crossbert_model.masking import RowRandom, pretraining_batch
-    from crossbert_model.train import ModelArgs, model_config_from_args
+    from crossbert_model.masking import RowRandom
+    from crossbert_model.objectives import pretraining_batch
+    from crossbert_model.train_config import ModelArgs, model_config
 
-    config = model_config_from_args(ModelArgs(mask_ratio=0.5, mlm_mask_prob=1.0, mlm_random_prob=0.0), corpus_args)
+    config = model_config(ModelArgs(mask_ratio=0.5, mlm_mask_prob=1.0, mlm_random_prob=0.0), corpus_args)
     assert (config.mlm_mask_prob, config.mlm_random_prob) == (1.0, 0.0)
     ids = torch.randint(5, 2048, (16, 64))
     batch = pretraining_batch(ids, torch.ones_like(ids), config, RowRandom(0))
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == config.mask_token_id).all())  # pure masking: no random, no kept
-    default = model_config_from_args(ModelArgs(), corpus_args)
+    default = model_config(ModelArgs(), corpus_args)
     assert (default.mlm_mask_prob, default.mlm_random_prob) == (0.8, 0.1)  # BERT's 80/10/10 stays the default
 
 
 def test_the_predictor_head_count_is_a_model_option_checked_before_work(corpus_args):
-    from crossbert_model.train import ModelArgs, model_config_from_args, validate_config
+    from crossbert_model.train_config import ModelArgs, model_config, validate_config
 
     args = ModelArgs(objective="crossbert", predictor_hidden_size=64, predictor_heads=4)
-    assert model_config_from_args(args, corpus_args).predictor_heads == 4
-    assert model_config_from_args(ModelArgs(objective="crossbert", predictor_hidden_size=64), corpus_args).predictor_heads == 1
+    assert model_config(args, corpus_args).predictor_heads == 4
+    assert model_config(ModelArgs(objective="crossbert", predictor_hidden_size=64), corpus_args).predictor_heads == 1
     with pytest.raises(ConfigError, match="model.predictor_heads"):
         validate_config(TrainConfig(model=ModelArgs(objective="crossbert", predictor_heads=0), data=corpus_args))
 
@@ -509,7 +513,7 @@ def test_a_deterministic_run_asks_torch_for_deterministic_algorithms(corpus_args
     assert not torch.are_deterministic_algorithms_enabled()
 
 
-@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+@pytest.mark.parametrize("objective", objective_names())
 def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(corpus_args, tmp_path, objective, monkeypatch):
     from crossbert_model import data as data_module
     from crossbert_model.shared_loss import SHARED_LOSS_R15, SHARED_LOSS_R50, shared_losses_for_checkpoint

@@ -180,7 +180,8 @@ def test_our_presets_counted_from_the_model_match_the_config_accounting(objectiv
     import torch
 
     import crossbert_model as cm
-    from crossbert_model.config import PRESETS, config_from_preset, parameter_counts
+    from crossbert_model.config import PRESETS
+    from crossbert_model.objectives import config_from_preset, parameter_counts
 
     for preset in PRESETS:
         config = config_from_preset(preset, objective=objective, vocab_size=8192)
@@ -192,7 +193,7 @@ def test_our_presets_counted_from_the_model_match_the_config_accounting(objectiv
 
 
 def test_our_trained_checkpoints_in_the_zoo_carry_their_config_counts(straight_zoo, our_runs):
-    from crossbert_model.config import parameter_counts
+    from crossbert_model.objectives import parameter_counts
 
     root, _ = straight_zoo
     rows = {r["run"]: r for r in read_jsonl(root / "checkpoints.jsonl")}
