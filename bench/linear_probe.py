@@ -23,7 +23,7 @@ def main() -> None:
     args = p.parse_args()
     setup()
     from crossbert_eval.encoders import FrozenEncoder
-    from crossbert_eval.probe import ProbeRunner, ProbeSettings
+    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
     from crossbert_eval.tasks import resolve_tasks
 
     encoder = FrozenEncoder.load(args.model, batch_size=128)

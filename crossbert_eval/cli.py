@@ -109,7 +109,8 @@ def _resolved_root(args: argparse.Namespace) -> str:
 
 def _probe(args: argparse.Namespace) -> None:
     from crossbert_model.utils import set_offline_env
-    from crossbert_eval.probe import ProbeSettings, probe_model, summary_table
+    from crossbert_eval.probe_runner import ProbeSettings, probe_model
+    from crossbert_eval.report.text_tables import probe_text_table
 
     set_offline_env()
     knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
@@ -120,7 +121,7 @@ def _probe(args: argparse.Namespace) -> None:
     )  # fmt: skip
     runner = probe_model(
         args.model, settings, **_encoder_options(args))
-    print(summary_table(runner.frame))
+    print(probe_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for name, why in runner.missing.items():
         print(f"MISSING DATA: {why}")
@@ -130,7 +131,8 @@ def _probe(args: argparse.Namespace) -> None:
 
 def _geometry(args: argparse.Namespace) -> None:
     from crossbert_model.utils import set_offline_env
-    from crossbert_eval.geometry_runner import GeometrySettings, geometry_model, geometry_table
+    from crossbert_eval.geometry_runner import GeometrySettings, geometry_model
+    from crossbert_eval.report.text_tables import geometry_text_table
 
     set_offline_env()
     settings = GeometrySettings(
@@ -139,7 +141,7 @@ def _geometry(args: argparse.Namespace) -> None:
     )  # fmt: skip
     runner = geometry_model(
         args.model, settings, **_encoder_options(args))
-    print(geometry_table(runner.frame))
+    print(geometry_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for why in runner.missing.values():
         print(f"MISSING DATA: {why}")
@@ -163,7 +165,13 @@ def _sweep(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
     from crossbert_eval.sweep import SweepConfig, run_sweep
 
-    root = run_sweep(load_config(SweepConfig, args.config, args.overrides), submit=args.submitit)
+    cfg = load_config(SweepConfig, args.config, args.overrides)
+    if args.submitit:
+        from crossbert_eval.launcher import submit_sweep  # here: only --submitit needs submitit
+
+        root = submit_sweep(cfg)
+    else:
+        root = run_sweep(cfg)
     report = root / "report.md"
     print(f"report: {report}" if report.is_file() else f"{root}: no scores (no probe, geometry or mteb task); no report written")
 
@@ -181,7 +189,8 @@ def _plateau(args: argparse.Namespace) -> None:
 
     import pandas as pd
 
-    from crossbert_eval.report import load_checkpoints, plateau_table
+    from crossbert_eval.report.loading import load_checkpoints
+    from crossbert_eval.report.tables import plateau_table
     from crossbert_eval.sweep import fill_unigram_entropies
     from crossbert_model.utils import read_jsonl
 
@@ -197,10 +206,10 @@ def _plateau(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from crossbert_eval.report import build_report
-    from crossbert_eval.zoo import build_zoo_report, is_zoo
+    from crossbert_eval.report.sweep_report import build_sweep_report
+    from crossbert_eval.report.zoo_report import build_zoo_report, is_zoo
 
-    report = build_zoo_report(args.sweep_dir) if is_zoo(args.sweep_dir) else build_report(args.sweep_dir)
+    report = build_zoo_report(args.sweep_dir) if is_zoo(args.sweep_dir) else build_sweep_report(args.sweep_dir)
     print(f"report: {report}" if report else f"{args.sweep_dir}: no scores yet; nothing written")
 
 

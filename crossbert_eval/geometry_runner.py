@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from . import geometry as G
 from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
-from .probe import ProbeError, _choices_error, check_layers_option, row_base
+from .probe_runner import ProbeError, check_layers_option, choices_error, row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -53,7 +53,7 @@ class GeometrySettings:
         if self.poolings is not None:
             bad = [p for p in self.poolings if p not in POOLINGS]
             if bad or not self.poolings:
-                raise _choices_error("--pooling", POOLINGS, self.poolings)
+                raise choices_error("--pooling", POOLINGS, self.poolings)
         if not self.tasks:
             raise ProbeError("--tasks: expected one or more task names, got none")
         check_layers_option("--layers", self.layers)
@@ -143,15 +143,6 @@ class GeometryRunner:
         bar.close()
         df = self.store.dataframe()
         return df[df["unit"].isin(keys)] if len(df) else df
-
-
-def geometry_table(df: pd.DataFrame) -> str:
-    """One row per task x split x pooling x metric, one column per layer."""
-    if df is None or not len(df):
-        return "(no results)"
-    table = df.pivot_table(index=["task", "split", "pooling", "metric"], columns="layer", values="value", aggfunc="mean")
-    table.columns = [f"L{int(c)}" for c in table.columns]
-    return table.round(4).to_string()
 
 
 def geometry_model(model: str, settings: GeometrySettings, **encoder_options) -> GeometryRunner:

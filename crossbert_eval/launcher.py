@@ -26,7 +26,7 @@ from crossbert_model.claims import BUSY
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import set_offline_env
 
-from .sweep import Sweep, SweepConfig
+from .sweep import Sweep, SweepConfig, prepare_sweep
 
 log = logging.getLogger("crossbert.launcher")
 
@@ -97,7 +97,7 @@ def submit_sweep(cfg: SweepConfig) -> Path:
     """Submit a job per run not yet complete; wait for them (submitit.wait) and rebuild the report."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("--submitit submits the sweep's runs as jobs: start it as one process, not under torchrun")
-    sweep = Sweep(cfg)  # the plan is checked first, then the job options; nothing is written before both pass
+    sweep = Sweep(prepare_sweep(cfg))  # the plan is checked first, then the job options; nothing is written before both pass
     executor = make_executor(cfg)
     sweep.write_manifest()
     submitted = submit_runs(executor, sweep)

@@ -38,6 +38,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
+from .report.text_tables import mteb_text_table
 from .results import ResultsStore, unit_key
 from .tasks import Task, TaskDataMissing, TaskError, all_tasks, tasks_dir
 from crossbert_model.errors import CrossbertError
@@ -629,7 +630,7 @@ def run_mteb(
     store.remove_units({r["unit"] for r in rows} if overwrite else set())
     store.append(rows if overwrite else new)
     log.info("mteb results: %s", out_dir / "results" / meta.name.replace("/", "__") / meta.revision)
-    return rows, mteb_table(rows, plan, wall_s=time.perf_counter() - started)
+    return rows, mteb_text_table(rows, plan, wall_s=time.perf_counter() - started)
 
 
 def check_one_layer(layer: str | int) -> None:
@@ -692,75 +693,6 @@ def result_rows(
                         continue
                     rows.append({**base, "metric": metric, "value": float(value), "is_main": metric == main})
     return rows
-
-
-def published_score(task: str, model: str, split: str) -> float | None:
-    """The published score a task file records for this model (`reference_scores`), if any."""
-    local = all_tasks().get(task)
-    value = ((local.reference_scores if local else {}) or {}).get(model, {}).get(split)
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-_DATA_FLAG = {"mteb": "", "differs": "differs", "variant": "VARIANT"}
-
-
-def mteb_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s: float | None = None) -> str:
-    """Scores beside the published ones, with the max length and time of each task and how its data stands
-    to MTEB's; means over what ran (for a benchmark: labelled with its coverage, never as its score)."""
-    import pandas as pd
-
-    if not rows:
-        return "(no results)"
-    df = pd.DataFrame(rows)
-    for column, default in (("eval_time_s", None), ("protocol", None)):
-        if column not in df:
-            df[column] = default
-    df["data"] = [(p or {}).get("data", "mteb") if isinstance(p, dict) else "mteb" for p in df["protocol"]]
-    main = df[df["is_main"]]
-    # A task's score: its main metric per split, averaged over subsets.
-    keys = ["model", "task_type", "task", "split", "metric"]
-    per_task = main.groupby(keys, as_index=False).agg(
-        value=("value", "mean"), max_length=("max_length", "first"), eval_time_s=("eval_time_s", "first"), data=("data", "first")
-    )
-    lines = []
-    if plan is not None:
-        lines += [f"{plan.name} on local data: {plan.coverage_line()}", ""]
-    lines.append(f"{'type':18} {'task':40} {'split':10} {'metric':15} {'score':>6} {'publ.':>6} {'diff':>6} {'max_len':>7} "
-                 f"{'time_s':>7}  data")  # fmt: skip
-    seen = set()
-    for r in per_task.itertuples():
-        ref = published_score(r.task, r.model, r.split)
-        diff = "" if ref is None else f"{100 * (r.value - ref):+6.2f}"
-        time_s = "" if r.task in seen or pd.isna(r.eval_time_s) else f"{r.eval_time_s:7.1f}"  # per task: on its first line
-        seen.add(r.task)
-        published = "" if ref is None else f"{100 * ref:6.2f}"
-        lines.append(f"{r.task_type:18} {r.task:40} {r.split:10} {r.metric[:15]:15} {100 * r.value:6.2f} "
-                     f"{published:>6} {diff:>6} {r.max_length:>7} {time_s:>7}  {_DATA_FLAG[r.data]}")  # fmt: skip
-    headline = per_task.groupby("task").tail(1).copy()  # the last split in sort order (test after validation)
-    headline["published"] = [published_score(r.task, r.model, r.split) for r in headline.itertuples()]
-    scope = f" that ran (of {plan.size}; NOT a {plan.name} score)" if plan is not None else ""
-    by_type = headline.groupby("task_type")["value"].mean()
-    lines.append("")
-    for task_type, value in by_type.items():
-        lines.append(f"mean {task_type:18} {100 * value:6.2f}  ({(headline['task_type'] == task_type).sum()} task(s))")
-    lines.append(f"mean over the {len(by_type)} task types{scope}: {100 * by_type.mean():6.2f}")
-    lines.append(f"mean over the {len(headline)} tasks{scope}: {100 * headline['value'].mean():6.2f}")
-    if headline["published"].notna().all():
-        lines.append(f"published mean over the same {len(headline)} tasks: {100 * headline['published'].mean():6.2f}")
-    exact = headline[headline["data"] == "mteb"]
-    if len(exact) < len(headline) and len(exact):
-        published = f" (published {100 * exact['published'].mean():6.2f})" if exact["published"].notna().all() else ""
-        lines.append(f"mean over the {len(exact)} tasks with MTEB's data: {100 * exact['value'].mean():6.2f}{published}")
-    flagged = headline[headline["data"] != "mteb"]
-    for r in flagged.itertuples():
-        task = all_tasks().get(r.task)
-        lines.append(f"{_DATA_FLAG[r.data]:7} {r.task}: {(task.mteb or {}).get('data_differs') if task else ''}")
-    if wall_s is not None:
-        encode = df.drop_duplicates("task")["encode_s"].dropna().sum() if "encode_s" in df else 0.0
-        lines.append(f"wall time {wall_s:.0f} s (encoding {encode:.0f} s)")
-    if plan is not None:
-        lines += ["", plan.report()]
-    return "\n".join(lines)
 
 
 __all__ = ["run_mteb", "local_mteb_task", "make_mteb_encoder", "MtebError", "TaskError"]

@@ -20,7 +20,6 @@ Under torchrun all ranks train every run (no claims); rank 0 alone probes, after
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
-from crossbert_model.checkpoint import list_checkpoints
+from crossbert_model.checkpoint import list_checkpoints, read_trainer_state
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.config import PRESETS
 from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
@@ -51,7 +50,8 @@ from crossbert_model.utils import (
     stable_hash,
 )
 
-from .report import UNIGRAM_FILE
+from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
+from .report.loading import CHECKPOINTS_FILE, UNIGRAM_FILE
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -96,7 +96,7 @@ class SweepConfig:
         default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
     )
     # the objective every other is compared with in the report's comparisons (None: the first objective listed;
-    # crossbert_eval.report.reference_objective reads it back from sweep.yaml)
+    # crossbert_eval.report.loading.reference_objective reads it back from sweep.yaml)
     reference_objective: str | None = None
     seeds: list[int] = field(default_factory=lambda: [0])
     budget: str = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
@@ -231,9 +231,9 @@ def _unique(key: str, values: list, what: str = "entry") -> None:
 
 
 def _check_probe_settings(cfg: SweepConfig) -> None:
-    """The probe fields, checked before any run trains (crossbert_eval.probe.ProbeSettings.validate)."""
+    """The probe fields, checked before any run trains (crossbert_eval.probe_runner.ProbeSettings.validate)."""
     from crossbert_eval.encoders import EncoderError, parse_layers
-    from crossbert_eval.probe import ProbeError, ProbeSettings
+    from crossbert_eval.probe_runner import ProbeError, ProbeSettings
 
     try:
         ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, poolings=cfg.poolings, max_train=cfg.max_probe_train,
@@ -297,18 +297,15 @@ class Sweep:
         check_tasks(cfg)
         self.rank = int(os.environ.get("RANK", "0"))
         self.results_dir = self.root / "results"
-        self.checkpoints_file = self.root / "checkpoints.jsonl"
+        self.checkpoints_file = self.root / CHECKPOINTS_FILE
+        self.models = ModelRecords(self.checkpoints_file)
         self.completed_file = self.root / "completed.jsonl"  # a row per run trained and probed (its signature)
         self.claims = Claims(self.root / "claims", self.root / ".claims.lock", cfg.claim_lease_s)
 
-    @contextlib.contextmanager
     def timed(self, stage: str, run: RunSpec | None, **extra):
-        """Wall time of each stage of the sweep, for the report and the end-to-end benchmark (run None: the whole sweep)."""
-        started = time.perf_counter()
-        yield
-        if not self.rank:
-            row = {"stage": stage, "run": run.key if run else "(sweep)", "seconds": round(time.perf_counter() - started, 2), **extra}
-            append_jsonl(self.root / "timings.jsonl", [row])
+        """Wall time of each stage of the sweep, for the report and the end-to-end benchmark (run None: the whole sweep);
+        rank 0 alone writes it."""
+        return timed_stage(None if self.rank else self.root / TIMINGS_FILE, stage, run.key if run else "(sweep)", **extra)
 
     def write_manifest(self) -> None:
         if self.rank:
@@ -331,62 +328,38 @@ class Sweep:
         with self.timed("train", run, steps=run.train.steps):
             train(run.train)
 
-    def probe_run(self, run: RunSpec) -> None:
-        """Probe and mteb every checkpoint of a run: the final one first (all layers), then the others."""
+    def evaluate_run(self, run: RunSpec) -> None:
+        """Probes, geometry and mteb on every checkpoint of a run: the final one first (all layers), then the others."""
         from crossbert_eval.encoders import FrozenEncoder
-        from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
-        from crossbert_eval.mteb_runner import run_mteb
-        from crossbert_eval.probe import ProbeRunner, ProbeSettings
-        from crossbert_eval.tasks import TaskDataMissing, resolve_tasks
 
         checkpoints = [(s, p) for s, p in list_checkpoints(run.train.run_dir) if s in run.train.checkpoint_steps]
         for step, path in sorted(checkpoints, reverse=True):
-            final = step == run.train.steps
             encoder = FrozenEncoder.load(str(path), batch_size=self.cfg.batch_size)
             self._record_checkpoint(run, step, path, encoder)
-            if self.cfg.probe_tasks:
-                settings = ProbeSettings(
-                    tasks=self.cfg.probe_tasks, probes=self.cfg.probes,
-                    layers=self.cfg.probe_layers if final else self.cfg.intermediate_layers, poolings=self.cfg.poolings,
-                    results_dir=str(self.results_dir), cache_dir=str(self.root / "features"),
-                    max_train=self.cfg.max_probe_train, data_root=self.cfg.data_root, feature_transforms=self.cfg.feature_transforms,
-                )  # fmt: skip
-                runner = ProbeRunner(encoder, settings)
-                with self.timed("probe", run, step=step):
-                    runner.run(resolve_tasks(self.cfg.probe_tasks))
-                if runner.missing:
-                    raise TaskDataMissing(f"sweep {self.cfg.name}: probe task data missing: {'; '.join(runner.missing.values())}")
-            if self.cfg.geometry_tasks:
-                geometry = GeometryRunner(encoder, GeometrySettings(
-                    tasks=self.cfg.geometry_tasks, layers=self.cfg.probe_layers if final else self.cfg.intermediate_layers,
-                    poolings=self.cfg.poolings, results_dir=str(self.results_dir), cache_dir=str(self.root / "features"),
-                    data_root=self.cfg.data_root,
-                ))  # fmt: skip
-                with self.timed("geometry", run, step=step):
-                    geometry.run(resolve_tasks(self.cfg.geometry_tasks))
-                if geometry.missing:
-                    raise TaskDataMissing(f"sweep {self.cfg.name}: geometry task data missing: {'; '.join(geometry.missing.values())}")
-            layers = encoder.layer_indices(self.cfg.mteb_layers if final else self.cfg.intermediate_layers)
-            for layer in layers if self.cfg.mteb_tasks else []:
-                with self.timed("mteb", run, step=step, layer=layer):
-                    run_mteb(
-                        encoder, tasks=self.cfg.mteb_tasks, benchmark=None, layer=layer, pooling=self.cfg.poolings[0],
-                        out_dir=self.root / "mteb", results_dir=str(self.results_dir),
-                        feature_cache=str(self.root / "features"), batch_size=self.cfg.batch_size, data_root=self.cfg.data_root,
-                        cache_layers=layers,
-                    )  # fmt: skip
+            plan = self._evaluation_plan(final=step == run.train.steps)
+            evaluate_encoder(encoder, plan, lambda stage, **extra: self.timed(stage, run, step=step, **extra))
+
+    def _evaluation_plan(self, final: bool) -> EvaluationPlan:
+        """Every layer the config asks of a final checkpoint; intermediate_layers of the earlier ones."""
+        cfg = self.cfg
+        return EvaluationPlan(
+            who=f"sweep {cfg.name}", results_dir=str(self.results_dir), features_dir=str(self.root / "features"),
+            mteb_dir=self.root / "mteb", data_root=cfg.data_root, probe_tasks=cfg.probe_tasks, probes=cfg.probes,
+            feature_transforms=cfg.feature_transforms, max_probe_train=cfg.max_probe_train,
+            layers=cfg.probe_layers if final else cfg.intermediate_layers, poolings=cfg.poolings, geometry_tasks=cfg.geometry_tasks,
+            mteb_tasks=cfg.mteb_tasks, mteb_layers=cfg.mteb_layers if final else cfg.intermediate_layers,
+            mteb_pooling=cfg.poolings[0], batch_size=cfg.batch_size,
+        )  # fmt: skip
 
     def _record_checkpoint(self, run: RunSpec, step: int, path: Path, encoder) -> None:
-        known = {(r["run"], r["step"]) for r in read_jsonl(self.checkpoints_file)}
-        if (run.key, step) in known:
+        if self.models.has(run=run.key, step=step):
             return
-        state = json.loads((path / "trainer_state.json").read_text())
+        state = read_trainer_state(path)
         metrics = state.get("metrics") or {}
         config = encoder.model.config
         counts = parameter_counts(config)
-        row = {
-            "run": run.key, "objective": run.objective.name, "size": run.size, "seed": run.seed, "step": step,
-            "total_steps": run.train.steps, "checkpoint": str(path), "model_fingerprint": encoder.fingerprint,
+        details = {
+            "model_fingerprint": encoder.fingerprint,
             "params_non_embedding": counts["encoder_non_embedding"], "params_encoder": counts["encoder"],
             "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
             "corpus_tokens": state["corpus_tokens"], "train_flops": state["train_flops"],
@@ -395,12 +368,14 @@ class Sweep:
             # the protocol's ratios and the run's own, and the unigram entropies of its targets (crossbert_model.plateau)
             **{key: metrics.get(key) for key in plateau_metric_keys(config.mask_ratio)},
         }  # fmt: skip
-        append_jsonl(self.checkpoints_file, [row])
+        record = ModelRecord(run=run.key, line=run.objective.name, point=run.size, seed=run.seed, step=step,
+                             total_steps=run.train.steps, checkpoint=str(path), details=details)  # fmt: skip
+        self.models.put(record, key=("run", "step"))
 
     def report(self) -> None:
         """Rebuild tables, plots and report from the store, unless their inputs are unchanged since the last
         rebuild (workers finishing together rebuild once); under a lock, so two workers never write it at once."""
-        from crossbert_eval.report import build_report
+        from crossbert_eval.report.sweep_report import build_sweep_report
 
         stamp = self.root / ".report_inputs.json"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -410,7 +385,7 @@ class Sweep:
                 log.info("sweep %s: report up to date (nothing new since its last rebuild)", self.cfg.name)
                 return
             with self.timed("report", None):
-                build_report(self.root)
+                build_sweep_report(self.root)
             atomic_write_json(stamp, inputs)
 
     def _report_inputs(self) -> dict:
@@ -443,7 +418,7 @@ class Sweep:
                  len(self.runs) - len(self.pending()), len(self.runs))  # fmt: skip
         with self.claims.held(run.key, heartbeat_s=self.cfg.claim_lease_s / 10):
             self.train_run(run)
-            self.probe_run(run)
+            self.evaluate_run(run)
             # recorded before the claim is dropped: no other worker can find it neither held nor complete
             row = {"run": run.key, "signature": completion_signature(self.cfg, run), **this_process(), "time": timestamp()}
             append_jsonl(self.completed_file, [row])
@@ -494,7 +469,7 @@ class Sweep:
         if self.rank:
             return self.root
         for run in self.runs:
-            self.probe_run(run)
+            self.evaluate_run(run)
         self.report()
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
@@ -514,7 +489,7 @@ def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None
         raise ConfigError(f"{root}: not a sweep folder (no sweep.yaml): nothing to fill")
     cfg = load_config(SweepConfig, root / "sweep.yaml", overrides)
     cfg.data_root = str(data_root(data_root_dir))  # this machine's: the recorded one may be another's
-    final = {r["run"]: r for r in read_jsonl(root / "checkpoints.jsonl") if r.get("step") == r.get("total_steps")}
+    final = {r["run"]: r for r in read_jsonl(root / CHECKPOINTS_FILE) if r.get("step") == r.get("total_steps")}
     rows = []
     for run in [r for r in plan_runs(cfg) if r.key in final]:
         source = _trained_tokenizer(root, final[run.key], tokenizer)
@@ -537,15 +512,17 @@ def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None
     )
 
 
-def run_sweep(cfg: SweepConfig, submit: bool = False) -> Path:
-    """Work on the sweep in this process, or (`submit`) submit a cluster job per run (crossbert_eval.launcher)."""
+def prepare_sweep(cfg: SweepConfig) -> SweepConfig:
+    """Offline unless asked otherwise, and the data root resolved once: probes and every run's training read this root.
+    Whatever then runs the sweep (run_sweep here, crossbert_eval.launcher.submit_sweep as cluster jobs) starts so."""
     set_offline_env()
-    cfg.data_root = str(data_root(cfg.data_root))  # resolved once: probes and every run's training read this root
-    if submit:
-        from crossbert_eval.launcher import submit_sweep
+    cfg.data_root = str(data_root(cfg.data_root))
+    return cfg
 
-        return submit_sweep(cfg)
-    return Sweep(cfg).run()
+
+def run_sweep(cfg: SweepConfig) -> Path:
+    """Work on the sweep in this process (`crossbert sweep CONFIG --submitit` submits its runs instead: crossbert_eval.launcher)."""
+    return Sweep(prepare_sweep(cfg)).run()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -164,7 +164,7 @@ def test_geometry_cli_writes_one_row_per_metric_per_layer_from_the_cache_and_rer
 def test_geometry_of_a_pair_task_reads_the_cosine_probes_features(tmp_path):
     from crossbert_eval.encoders import FrozenEncoder
     from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
-    from crossbert_eval.probe import ProbeRunner, ProbeSettings
+    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
     from crossbert_eval.tasks import get_task
 
     encoder = FrozenEncoder.load("minilm", dtype="fp32")

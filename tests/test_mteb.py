@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from crossbert_eval.mteb_runner import MtebError, local_mteb_task, make_mteb_encoder, published_score, run_mteb
+from crossbert_eval.mteb_runner import MtebError, local_mteb_task, make_mteb_encoder, run_mteb
+from crossbert_eval.report.text_tables import published_score
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.tasks import TaskDataMissing, get_task
 

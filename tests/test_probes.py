@@ -9,7 +9,7 @@ import pytest
 from crossbert_eval import probes as P
 from crossbert_eval.encoders import EncoderError, FeatureCache, FrozenEncoder, pool
 from crossbert_eval.metrics import score
-from crossbert_eval.probe import ProbeRunner, ProbeSettings
+from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
 from crossbert_eval.results import ResultsStore
 from crossbert_eval.tasks import get_task
 
@@ -358,7 +358,7 @@ def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_
 
 
 def test_a_transform_is_part_of_the_unit_key_and_raw_keys_are_unchanged(minilm, tiny_sts):
-    from crossbert_eval.probe import transform_key
+    from crossbert_eval.probe_runner import transform_key
 
     runner = ProbeRunner(minilm, settings(tiny_sts, tasks=["TinySTS"], probes=["knn"], feature_transforms=["raw", "centred", "whitened"]))
     keys = {u.transform: u.key for u in runner.plan(get_task("TinySTS"))}

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossbert_eval.report import ReportError, build_report
+from crossbert_eval.report.loading import ReportError
+from crossbert_eval.report.sweep_report import build_sweep_report
 from crossbert_model.errors import CrossbertError
 
 SIZES = {"nano": (2, 100_000), "tiny": (4, 400_000)}  # layers, non-embedding params
@@ -52,7 +53,7 @@ def sweep_root(tmp_path):
 
 
 def test_report_averages_over_seeds_with_their_spread(sweep_root):
-    build_report(sweep_root)
+    build_sweep_report(sweep_root)
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
     row = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
     assert row["seeds"] == 2
@@ -66,7 +67,7 @@ def test_report_averages_over_seeds_with_their_spread(sweep_root):
 
 
 def test_report_writes_every_plot_and_both_pages(sweep_root):
-    report = build_report(sweep_root)
+    report = build_sweep_report(sweep_root)
     for name in ("collapse", "loss_vs_probe", "layerwise", "training", "training_flops", "losses", "losses_flops"):
         for ext in ("png", "svg"):
             assert (sweep_root / "plots" / f"{name}.{ext}").stat().st_size > 1000, name
@@ -79,7 +80,7 @@ def test_report_writes_every_plot_and_both_pages(sweep_root):
 
 def test_report_of_a_sweep_without_scores_writes_nothing(tmp_path):
     (tmp_path / "sweep.yaml").write_text("name: empty\n")
-    assert build_report(tmp_path) is None
+    assert build_sweep_report(tmp_path) is None
     assert not (tmp_path / "report.md").exists()
 
 
@@ -89,7 +90,7 @@ def test_report_of_a_folder_that_is_no_sweep_is_a_user_error(tmp_path, make):
     if make:
         folder.mkdir()
     with pytest.raises(ReportError, match=r"nothing: not a sweep folder \(no results/results.jsonl or sweep.yaml\)") as e:
-        build_report(folder)
+        build_sweep_report(folder)
     assert isinstance(e.value, CrossbertError)
     assert not folder.exists() or not list(folder.iterdir())  # nothing written
 
@@ -107,14 +108,14 @@ def test_report_flags_units_written_twice(sweep_root):
         return rows + [dict(rows[0]), dict(rows[1]), dict(rows[1])]
 
     _rewrite_results(sweep_root, duplicate_two)
-    md = build_report(sweep_root).read_text()
+    md = build_sweep_report(sweep_root).read_text()
     warning = next(line for line in md.splitlines() if "WARNING" in line)
     assert "2 unit(s) are in results/results.jsonl more than once (3 extra copies" in warning
     assert "u00000 (2x)" in warning and "u00001 (3x)" in warning
 
 
 def test_clean_store_has_no_duplicate_warning(sweep_root):
-    assert "WARNING" not in build_report(sweep_root).read_text()
+    assert "WARNING" not in build_sweep_report(sweep_root).read_text()
 
 
 def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
@@ -123,7 +124,7 @@ def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
         return [{**r, "layer": str(r["layer"]), "versions": {"torch": "2.0"}} for r in rows]
 
     _rewrite_results(sweep_root, old_style)
-    build_report(sweep_root)
+    build_sweep_report(sweep_root)
     scores = pd.read_csv(sweep_root / "tables" / "scores.csv")
     assert scores["layer"].dtype.kind == "i" and scores["layer"].max() == 4
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
@@ -133,14 +134,14 @@ def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
 
 # -- uncertainty: error bars over seeds, and which differences are larger than the noise --------------
 
-from crossbert_eval import report as R  # noqa: E402
+from crossbert_eval.report import loading, markdown, noise, plots, tables  # noqa: E402
 
 
 def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_root):
-    md = build_report(sweep_root).read_text()
-    scores = R.load_scores(sweep_root)
+    md = build_sweep_report(sweep_root).read_text()
+    scores = loading.load_scores(sweep_root)
     final = scores[scores["is_main"] & scores["is_final"] & (scores["task"] == "SST-2")]
-    bands = R.seed_bands(final, ["objective", "size", "relative_depth"])  # what the layer-wise plot draws
+    bands = noise.seed_bands(final, ["objective", "size", "relative_depth"])  # what the layer-wise plot draws
     row = bands[(bands["objective"] == "mlm") & (bands["size"] == "tiny") & (bands["relative_depth"] == 1.0)].iloc[0]
     per_seed = [100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]
     assert row["band"] == "min-max" and row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean(per_seed))
@@ -149,7 +150,7 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
         assert f"*{name}: error bars: min–max over 2 seeds*" in md
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")  # tables: mean, std and min / max over seeds, seeds
     assert {"SST-2:linear", "SST-2:linear_std", "SST-2:linear_min", "SST-2:linear_max", "seeds"} <= set(sizes.columns)
-    bars = R.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
+    bars = noise.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
     assert (bars["band"] == "min-max").all() and (bars["err_low"] > 0).all()
     assert "SST-2:linear_std" in md.split("## Last layer vs best layer")[0]
 
@@ -157,10 +158,10 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
 def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
     rows = pd.DataFrame({"g": ["a"] * 3 + ["b"], "seed": [0, 1, 2, 0], "score": [1.0, 2.0, 3.0, 5.0],
                          "score_ci_low": [np.nan] * 3 + [4.0], "score_ci_high": [np.nan] * 3 + [7.0]})  # fmt: skip
-    bands = R.seed_bands(rows, ["g"]).set_index("g")
+    bands = noise.seed_bands(rows, ["g"]).set_index("g")
     assert bands.loc["a", "band"] == "std" and bands.loc["a", "err_low"] == pytest.approx(1.0) == bands.loc["a", "err_high"]
     assert bands.loc["b", "band"] == "bootstrap" and (bands.loc["b", "err_low"], bands.loc["b", "err_high"]) == (1.0, 2.0)
-    assert R.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
+    assert noise.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
 
 
 def _noise_store(root: Path, cells: dict, ci: dict | None = None, sweep: dict | None = None) -> Path:
@@ -197,7 +198,7 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
         ("mlm", "SST-2", 0): [0.50, 0.60, 0.70], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
         ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
     }  # fmt: skip
-    md = build_report(_noise_store(tmp_path, cells)).read_text()
+    md = build_sweep_report(_noise_store(tmp_path, cells)).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
     verdict = {(r["comparison"], r["objective"], r["task"]): r["verdict"] for _, r in table.iterrows()}
     assert verdict[("crossbert - mlm", "", "SST-2")] == "beyond noise"
@@ -223,12 +224,12 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
 def test_with_one_seed_two_models_are_not_tested_against_each_other(tmp_path):
     """One seed per objective: the difference mixes the objective with the seed, and nothing measured covers the seed.
     The separate bootstrap intervals (evaluation noise) do not stand in for it."""
-    from crossbert_eval.report import UNTESTED
+    from crossbert_eval.report.noise import UNTESTED
 
     cells = {("mlm", "SST-2", 2): [0.60], ("crossbert", "SST-2", 2): [0.64], ("mlm", "STS-B", 2): [0.60], ("crossbert", "STS-B", 2): [0.70]}
     ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),
           ("mlm", "STS-B", 2): (0.58, 0.62), ("crossbert", "STS-B", 2): (0.68, 0.72)}  # fmt: skip
-    md = build_report(_noise_store(tmp_path, cells, ci)).read_text()
+    md = build_sweep_report(_noise_store(tmp_path, cells, ci)).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     objectives = table[table["comparison"] == "crossbert - mlm"]
     assert (objectives["verdict"] == "unknown").all() and set(objectives["noise"]) == {UNTESTED["models"]}
@@ -243,7 +244,7 @@ def test_with_one_seed_two_layers_of_one_model_are_compared_paired_and_labelled_
     the paired bootstrap of the difference excludes 0. Without kept predictions there is no test."""
     from crossbert_eval import stats as S
     from crossbert_eval.probes import bootstrap_ci
-    from crossbert_eval.report import UNTESTED
+    from crossbert_eval.report.noise import UNTESTED
     from crossbert_eval.results import ResultsStore
 
     rng = np.random.default_rng(0)
@@ -264,7 +265,7 @@ def test_with_one_seed_two_layers_of_one_model_are_compared_paired_and_labelled_
         if row["model_fingerprint"].startswith("mlm"):  # crossbert's predictions were not kept (an older store)
             store.save_predictions(row["unit"], y, kept[("mlm", row["layer"])])
     _write_jsonl(root / "results" / "results.jsonl", rows)
-    md = build_report(root).read_text()
+    md = build_sweep_report(root).read_text()
     table = pd.read_csv(root / "tables" / "comparisons.csv").set_index(["comparison", "objective"])
     paired = table.loc[("last layer - layer 0", "mlm")]
     assert paired["verdict"] == "beyond noise" and paired["test"] == S.PAIRED and paired["noise"] == S.EVALUATION_NOISE
@@ -277,14 +278,14 @@ def test_with_one_seed_two_layers_of_one_model_are_compared_paired_and_labelled_
 
 
 def test_the_reference_objective_comes_from_the_sweep_config(tmp_path):
-    from crossbert_eval.report import reference_objective
+    from crossbert_eval.report.loading import reference_objective
 
     assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}]}) == "mlm15"  # the first listed
     assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}], "reference_objective": "crossbert_cms"}) == "crossbert_cms"
     assert reference_objective({}) is None
     cells = {(objective, "SST-2", 2): [0.6, 0.61, 0.62] for objective in ("mlm15", "crossbert_cms", "crossbert_nocms")}
     sweep = {"objectives": [{"name": o} for o in ("mlm15", "crossbert_cms", "crossbert_nocms")], "reference_objective": "crossbert_cms"}
-    build_report(_noise_store(tmp_path, cells, sweep=sweep))
+    build_sweep_report(_noise_store(tmp_path, cells, sweep=sweep))
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     assert set(table["comparison"]) == {"crossbert_nocms - crossbert_cms", "mlm15 - crossbert_cms"}
 
@@ -295,7 +296,7 @@ def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_o
     rows = [json.loads(line) for line in (root / "results" / "results.jsonl").read_text().splitlines()]
     centred = [{**r, "feature_transform": "centred", "value": r["value"] + 0.1} for r in rows]
     _write_jsonl(root / "results" / "results.jsonl", [{**r, "feature_transform": "raw"} for r in rows] + centred)
-    md = build_report(root).read_text()
+    md = build_sweep_report(root).read_text()
     sizes = pd.read_csv(root / "tables" / "summary_by_size.csv").set_index("objective")
     assert sizes.loc["mlm", "STS-B:linear"] == pytest.approx(61.0) and sizes.loc["mlm", "STS-B:linear (centred)"] == pytest.approx(71.0)
     columns = list(sizes.columns)
@@ -316,7 +317,7 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
         return rows + geo
 
     _rewrite_results(sweep_root, add_geometry)
-    md = build_report(sweep_root).read_text()
+    md = build_sweep_report(sweep_root).read_text()
     assert "geometry" not in set(pd.read_csv(sweep_root / "tables" / "scores.csv")["probe"])
     geometry = pd.read_csv(sweep_root / "tables" / "geometry.csv")
     assert len(geometry) == len(metrics) * 2 * 2  # metrics x objectives x sizes
@@ -326,7 +327,7 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
         assert (sweep_root / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in md
     assert "## Representation geometry" in md
     # RankMe and dataset entropy of raw and centred features side by side, seed means
-    side_by_side = R.centring_table(geometry).set_index(["task", "objective", "size"])
+    side_by_side = tables.centring_table(geometry).set_index(["task", "objective", "size"])
     assert list(side_by_side.columns) == ["dataset_entropy", "dataset_entropy_centred", "effective_rank", "effective_rank_centred"]
     means = geometry.set_index(["task", "objective", "size", "metric"])["mean"]
     assert side_by_side.loc[("SST-2", "mlm", "tiny"), "effective_rank_centred"] == means[("SST-2", "mlm", "tiny", "effective_rank_centred")]
@@ -342,7 +343,7 @@ def _loss_curve(objective: str, tokens_per_nat: float, seed: int = 0) -> list[di
 
 
 def test_sample_efficiency_is_the_token_ratio_at_equal_shared_loss():
-    from crossbert_eval.report import sample_efficiency
+    from crossbert_eval.report.tables import sample_efficiency
 
     # crossbert_nocms needs exactly 2x the tokens of crossbert_cms for any loss: its curve is the same, shifted one doubling.
     rows = pd.DataFrame(_loss_curve("crossbert_cms", 1.0) + _loss_curve("crossbert_nocms", 2.0))
@@ -359,7 +360,7 @@ def test_sample_efficiency_is_the_token_ratio_at_equal_shared_loss():
 
 
 def test_sample_efficiency_averages_seeds_before_comparing():
-    from crossbert_eval.report import sample_efficiency
+    from crossbert_eval.report.tables import sample_efficiency
 
     seeds = _loss_curve("a", 1.0, seed=0) + _loss_curve("a", 4.0, seed=1)  # seed mean: shifted by a factor 2
     rows = pd.DataFrame(seeds + _loss_curve("b", 4.0))
@@ -391,9 +392,9 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
         return {**row, **new, "shared_loss_r15": 5.5, "shared_loss_r50": 6.6 if row["run"] == "crossbert-nano-s1" else 5.5}
 
     _rewrite_checkpoints(root, losses)
-    _write_jsonl(root / R.UNIGRAM_FILE, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
+    _write_jsonl(root / loading.UNIGRAM_FILE, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
                                           "tokenizer": "tok", "smoothing": "add-one"} for seed in range(3)])  # fmt: skip
-    md = build_report(root).read_text()
+    md = build_sweep_report(root).read_text()
     plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
     off = {**{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
     assert plateau["off_plateau"].to_dict() == off
@@ -415,15 +416,53 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
 
 def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monkeypatch):
     figures = {}
-    monkeypatch.setattr(R, "_save", lambda fig, out, name, caption="": figures.setdefault(name, fig) and [])
+    monkeypatch.setattr(plots, "save_figure", lambda fig, out, name, caption="": figures.setdefault(name, fig) and [])
     curves = pd.DataFrame([{**row, "unigram_entropy_val": 7.5, "unigram_entropy_r50": 7.25}
                            for row in _loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0)])  # fmt: skip
-    R.plot_losses(curves, tmp_path)
+    plots.plot_losses(curves, tmp_path)
     for ax in figures["losses"].axes:
         level = 7.25 if "shared_loss_r50" in ax.get_title() else 7.5
         lines = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()}
         assert lines["unigram entropy (plateau)"] == level, ax.get_title()
     # runs whose targets differ (here: another tokenizer for flat MLM) get a line each, in their colour
     curves.loc[curves["objective"] == "mlm", "unigram_entropy_r50"] = 6.0
-    assert R.plateau_levels(curves, "shared_loss_r50") == [(7.25, "unigram entropy (plateau), crossbert", R._color("crossbert")),
-                                                           (6.0, "unigram entropy (plateau), mlm", R._color("mlm"))]  # fmt: skip
+    assert plots.plateau_levels(curves, "shared_loss_r50") == [(7.25, "unigram entropy (plateau), crossbert", plots.color_for("crossbert")),
+                                                           (6.0, "unigram entropy (plateau), mlm", plots.color_for("mlm"))]  # fmt: skip
+
+
+# -- the report as a library: colours passed in, captions returned, no state kept between builds ------------------
+
+
+def test_a_plot_draws_in_the_colours_it_is_given_and_returns_its_caption(tmp_path):
+    curves = pd.DataFrame(_loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0))
+    colors = {"crossbert": "#000001", "mlm": "#000002"}
+    made = plots.plot_losses(curves, tmp_path, colors)
+    assert [p.name for p in made] == ["losses", "losses_flops"] and all(p.png.is_file() and p.svg.is_file() for p in made)
+    assert all(p.caption == "error bars: no noise estimate (1 seed, no interval)" for p in made)  # what the page prints
+    figures = {}
+    original = plots.save_figure
+    try:  # the figure itself, before it is saved and closed
+        plots.save_figure = lambda fig, out, name, caption="": figures.setdefault(name, fig) and []
+        plots.plot_losses(curves, tmp_path, colors)
+    finally:
+        plots.save_figure = original
+    drawn = {bars.get_label().split(" ")[0]: bars.lines[0].get_color() for ax in figures["losses"].axes for bars in ax.containers}
+    assert drawn == colors  # each run's line (an errorbar: its data line) in its objective's colour
+
+
+def test_the_default_palette_cannot_be_patched():
+    with pytest.raises(TypeError):
+        plots.OBJECTIVE_COLORS["mlm"] = "#000000"  # a zoo passes its own palette instead (zoo_report.family_palette)
+    from crossbert_eval.report.zoo_report import family_palette
+
+    palette = family_palette(["BERT", "mlm"])
+    assert palette["mlm"] != plots.OBJECTIVE_COLORS["mlm"] and palette["crossbert"] == plots.OBJECTIVE_COLORS["crossbert"]
+    assert plots.UNLISTED_COLOR not in (palette["BERT"], palette["mlm"])  # grey is kept for lines the palette does not name
+
+
+def test_the_page_title_and_the_empty_comparison_line_are_parameters():
+    assert "<title>zoo report</title>" in markdown.render_html("# x", title="zoo report")
+    assert noise.noise_paragraph(pd.DataFrame(), "nothing to compare here") == "nothing to compare here"
+    assert noise.noise_paragraph(pd.DataFrame()) == noise.NO_COMPARISONS
+    plot = plots.Plot("collapse", Path("plots/collapse.png"), Path("plots/collapse.svg"), "error bars: none")
+    assert markdown.plot_section([plot]) == ["![collapse](plots/collapse.png)\n\n*collapse: error bars: none*\n"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crossbert_eval.probe import ProbeError, ProbeSettings
+from crossbert_eval.probe_runner import ProbeError, ProbeSettings
 from crossbert_eval.results import BUSY, CLAIMED, DONE, ResultsStore, duplicate_units, normalise_row
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import append_jsonl, read_jsonl
@@ -143,9 +143,9 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     import torch
     torch.set_num_threads(1)
-    from crossbert_eval import probe
+    from crossbert_eval import probe_runner
     from crossbert_eval.encoders import FrozenEncoder
-    from crossbert_eval.probe import ProbeRunner, ProbeSettings
+    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
     from crossbert_eval.tasks import resolve_tasks
 
     results, cache, go = sys.argv[1:4]
@@ -191,7 +191,7 @@ def tiny_trec(tmp_path, real_data_root, monkeypatch):
 
 def test_two_concurrent_probe_runs_write_each_unit_once(tiny_trec):
     from crossbert_eval.encoders import FrozenEncoder
-    from crossbert_eval.probe import ProbeRunner
+    from crossbert_eval.probe_runner import ProbeRunner
     from crossbert_eval.tasks import resolve_tasks
 
     root = tiny_trec
@@ -249,7 +249,7 @@ def test_probe_settings_are_checked_with_the_option_named(option, message):
 
 def test_pooling_defaults_to_the_model_and_records_its_source(tmp_path):
     from crossbert_eval.encoders import FrozenEncoder
-    from crossbert_eval.probe import ProbeRunner
+    from crossbert_eval.probe_runner import ProbeRunner
 
     class Stub:  # what ProbeRunner reads of an encoder before any work
         default_pooling, pooling_source = "cls", "sentence-transformers:1_Pooling/config.json"

@@ -162,7 +162,7 @@ def test_the_simulations_are_cheap():
 
 
 def test_the_power_sentence_speaks_of_a_correction_only_when_there_is_a_family_to_correct():
-    from crossbert_eval.report import power_sentence
+    from crossbert_eval.report.noise import power_sentence
 
     alone = power_sentence([3], family=1)
     assert "uncorrected" in alone and "among" not in alone  # one comparison (or none tested): nothing to correct

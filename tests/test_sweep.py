@@ -211,7 +211,7 @@ def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path,
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", f"report_every_s={every_s}"])
     sweep, calls = Sweep(cfg), []
     monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
-    monkeypatch.setattr(sweep, "probe_run", lambda run: calls.append(("probe", run.key)))
+    monkeypatch.setattr(sweep, "evaluate_run", lambda run: calls.append(("probe", run.key)))
     monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
     sweep.run()
     assert [c for c, _ in calls].count("report") == reports and calls[-1] == ("report", None)
@@ -221,7 +221,8 @@ def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path,
 def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_filled_in(tmp_path, corpus_args, corpus):
     """An old sweep's checkpoints.jsonl lacks the entropies and the own ratio: `crossbert plateau` computes them from
     the sweep's plan and the run's tokenizer, the same numbers the trainer records now, and the report reads them."""
-    from crossbert_eval.report import load_checkpoints, plateau_table
+    from crossbert_eval.report.loading import load_checkpoints
+    from crossbert_eval.report.tables import plateau_table
     from crossbert_eval.sweep import fill_unigram_entropies
     from crossbert_model.train import train
 
@@ -345,13 +346,13 @@ def test_a_worker_killed_mid_run_leaves_its_run_to_the_other_which_resumes_it(tm
 
 @pytest.mark.slow  # one run trained and probed in a submitit job: about a minute on 2 cores
 def test_a_run_launched_through_submitits_local_executor_lands_in_the_store(tmp_path, corpus_args, one_worker_sweep, monkeypatch):
-    from crossbert_eval.sweep import run_sweep
+    from crossbert_eval.launcher import submit_sweep
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the job's process imports this checkout
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     only_mlm = "objectives=[{name: mlm, objective: mlm, mask_ratio: 0.15}]"
     cfg = load_config(SweepConfig, worker_sweep(tmp_path, corpus_args, "jobs"), [only_mlm, "submitit.cluster=local"])
-    root = run_sweep(cfg, submit=True)
+    root = submit_sweep(cfg)
     (job_log,) = (root / "submitit").rglob("*_log.err")
     assert "sweep jobs: training mlm-nano-s0 (48 steps)" in job_log.read_text()  # trained in the job, not here
     assert [r["run"] for r in read_jsonl(root / "completed.jsonl")] == ["mlm-nano-s0"]
@@ -369,7 +370,7 @@ def _stub_sweep(tmp_path: Path, monkeypatch, *overrides: str):
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", *overrides])
     sweep, calls = Sweep(cfg), []
     monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
-    monkeypatch.setattr(sweep, "probe_run", lambda run: calls.append(("probe", run.key)))
+    monkeypatch.setattr(sweep, "evaluate_run", lambda run: calls.append(("probe", run.key)))
     monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
     return sweep, calls
 
@@ -413,12 +414,12 @@ def test_a_run_complete_under_other_probe_settings_is_probed_again(tmp_path, mon
 
 
 def test_workers_finishing_together_rebuild_the_report_once(tmp_path, monkeypatch):
-    import crossbert_eval.report
+    import crossbert_eval.report.sweep_report
     from crossbert_eval.sweep import Sweep
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"])
     builds = []
-    monkeypatch.setattr(crossbert_eval.report, "build_report", lambda root: builds.append(root))
+    monkeypatch.setattr(crossbert_eval.report.sweep_report, "build_sweep_report", lambda root: builds.append(root))
     first, second = Sweep(cfg), Sweep(cfg)  # two workers
     first.report()
     second.report()  # nothing new since the first one's rebuild

@@ -9,7 +9,7 @@ import pytest
 
 from crossbert_eval.cli import main
 from crossbert_eval.encoders import FrozenEncoder
-from crossbert_eval.zoo import ZooConfig, ZooModel, count_parameters, run_zoo, seed_hub_cache, validate_config
+from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo, seed_hub_cache
 from crossbert_model.args import dump_yaml, load_config
 from crossbert_model.data import minilm_path
 from crossbert_model.errors import USER_ERROR_EXIT
@@ -137,7 +137,7 @@ def test_crossbert_report_rebuilds_a_zoo_folder(straight_zoo, capsys):
 
 def test_a_zoo_interrupted_mid_way_resumes_to_the_same_tables(straight_zoo, our_runs, monkeypatch):
     """Interrupted during the third model's probes (after MiniLM and the hub entry), then run again."""
-    from crossbert_eval.probe import ProbeRunner
+    from crossbert_eval.probe_runner import ProbeRunner
 
     straight, tmp = straight_zoo
     cfg = zoo_config(tmp, our_runs, "interrupted", tmp / "features")  # the same feature cache: nothing re-encoded
@@ -208,7 +208,7 @@ def test_our_trained_checkpoints_in_the_zoo_carry_their_config_counts(straight_z
 
 def test_shipped_zoo_configs_resolve():
     minis = load_config(ZooConfig, REPO / "configs/zoo/bert_miniatures.yaml")
-    validate_config(minis)
+    check_zoo_config(minis)
     ids = [m.model for m in minis.models]
     turc = [i for i in ids if i.startswith("google/bert_uncased_")]
     assert len(turc) == 24 and len(ids) == 26
@@ -217,9 +217,9 @@ def test_shipped_zoo_configs_resolve():
         assert layers in (2, 4, 6, 8, 10, 12) and hidden in (128, 256, 512, 768) and heads == hidden // 64
     assert {"google-bert/bert-base-uncased", "google-bert/bert-large-uncased"} <= set(ids)
     families = load_config(ZooConfig, REPO / "configs/zoo/mlm_families.yaml")
-    validate_config(families)
+    check_zoo_config(families)
     assert sorted({m.family for m in families.models}) == ["BERT", "ModernBERT", "RoBERTa"] and len(families.models) == 6
-    validate_config(load_config(ZooConfig, REPO / "configs/zoo/offline.yaml"))
+    check_zoo_config(load_config(ZooConfig, REPO / "configs/zoo/offline.yaml"))
 
 
 MISTAKES = {

@@ -28,7 +28,7 @@ from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash
 
 from .encoders import POOLINGS, EncoderError, FeatureCache, FrozenEncoder, parse_layers, texts_digest
-from .results import BUSY, CLAIMED, DONE, ResultsStore, probe_variant, unit_key
+from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
@@ -75,13 +75,13 @@ class ProbeSettings:
         if self.poolings is not None:
             bad = [p for p in self.poolings if p not in POOLINGS]
             if bad or not self.poolings:
-                raise _choices_error("--pooling", POOLINGS, self.poolings)
+                raise choices_error("--pooling", POOLINGS, self.poolings)
         bad = [p for p in self.probes if p not in PROBES]
         if bad or not self.probes:
-            raise _choices_error("--probe", PROBES, self.probes)
+            raise choices_error("--probe", PROBES, self.probes)
         bad = [t for t in self.feature_transforms if t not in P.FEATURE_TRANSFORMS]
         if bad or not self.feature_transforms:
-            raise _choices_error("--feature-transform", P.FEATURE_TRANSFORMS, self.feature_transforms)
+            raise choices_error("--feature-transform", P.FEATURE_TRANSFORMS, self.feature_transforms)
         if self.pair_mode not in PAIR_MODES:
             raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
         if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
@@ -116,7 +116,7 @@ def check_layers_option(option: str, spec) -> None:
         raise ProbeError(f"{option}: {e}") from None
 
 
-def _choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
+def choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
     got = ",".join(map(str, given))
     return ProbeError(f"{option}: expected one or more of {', '.join(allowed)} (comma-separated), got {got!r}")
 
@@ -409,18 +409,6 @@ def transformed(transform: str, x_train, x_eval):
         return tuple(fitted(side) for side in x) if isinstance(x, tuple) else fitted(x)
 
     return apply(x_train), apply(x_eval), fitted
-
-
-def summary_table(df: pd.DataFrame) -> str:
-    """Main metric per task x probe, one column per layer, in points (x100)."""
-    if df is None or not len(df):
-        return "(no results)"
-    main = df[df["is_main"]].copy()
-    main["score"] = main["value"] * 100
-    main["probe"] = [probe_variant(p, t) for p, t in zip(main["probe"], main.get("feature_transform", [None] * len(main)))]
-    table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
-    table.columns = [f"L{int(c)}" for c in table.columns]
-    return table.round(2).to_string()
 
 
 def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> ProbeRunner:

@@ -1,0 +1,158 @@
+"""One evaluation of one loaded encoder: probes, geometry and mteb, in that order, into one results store, and
+the model's row in checkpoints.jsonl.
+
+A sweep evaluates each checkpoint of a run (crossbert_eval.sweep), a zoo each model of its list
+(crossbert_eval.zoo); both describe what to run as an EvaluationPlan, time each stage with the same timer
+(timed_stage) and record the model as a ModelRecord through ModelRecords, the file's one writer, so the two
+cannot drift apart. Units already in the store are skipped by each runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ContextManager
+
+from crossbert_model.utils import append_jsonl, atomic_write_text, read_jsonl
+
+TIMINGS_FILE = "timings.jsonl"
+
+
+@contextlib.contextmanager
+def timed_stage(file: Path | None, stage: str, run: str, **extra):
+    """Append {stage, run, seconds, **extra} to `file` once the block ends (file None: time nothing, e.g. ranks > 0)."""
+    started = time.perf_counter()
+    yield
+    if file is not None:
+        append_jsonl(file, [{"stage": stage, "run": run, "seconds": round(time.perf_counter() - started, 2), **extra}])
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """What to evaluate on one encoder, and where the rows and features go."""
+
+    who: str  # "sweep NAME" / "zoo NAME": names the caller in a missing-data error
+    results_dir: str
+    features_dir: str
+    mteb_dir: Path  # mteb's own result cache
+    data_root: str | None
+    probe_tasks: list[str]
+    probes: list[str]
+    feature_transforms: list[str]
+    max_probe_train: int | None
+    layers: str  # probe and geometry layers: all | last | N,M,...
+    poolings: list[str] | None  # probe and geometry poolings; None: the model's own
+    geometry_tasks: list[str]
+    mteb_tasks: list[str]
+    mteb_layers: str
+    mteb_pooling: str | None  # None: the model's own
+    batch_size: int
+
+
+# timer(stage, **extra) -> a context manager that records how long the stage took (timed_stage, bound to a run)
+StageTimer = Callable[..., ContextManager]
+
+
+def evaluate_encoder(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
+    """Probes, then geometry, then mteb (one run per layer of plan.mteb_layers) on `encoder`. A task whose data
+    is missing fails the evaluation (TaskDataMissing) after its stage, naming every such task."""
+    if plan.probe_tasks:
+        _probe(encoder, plan, timer)
+    if plan.geometry_tasks:
+        _geometry(encoder, plan, timer)
+    if plan.mteb_tasks:
+        _mteb(encoder, plan, timer)
+
+
+def _probe(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
+    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
+    from crossbert_eval.tasks import resolve_tasks
+
+    settings = ProbeSettings(
+        tasks=plan.probe_tasks, probes=plan.probes, layers=plan.layers, poolings=plan.poolings, results_dir=plan.results_dir,
+        cache_dir=plan.features_dir, max_train=plan.max_probe_train, data_root=plan.data_root,
+        feature_transforms=plan.feature_transforms,
+    )  # fmt: skip
+    runner = ProbeRunner(encoder, settings)
+    with timer("probe"):
+        runner.run(resolve_tasks(plan.probe_tasks))
+    _fail_on_missing(plan, "probe", runner.missing)
+
+
+def _geometry(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
+    from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
+    from crossbert_eval.tasks import resolve_tasks
+
+    runner = GeometryRunner(encoder, GeometrySettings(
+        tasks=plan.geometry_tasks, layers=plan.layers, poolings=plan.poolings, results_dir=plan.results_dir,
+        cache_dir=plan.features_dir, data_root=plan.data_root,
+    ))  # fmt: skip
+    with timer("geometry"):
+        runner.run(resolve_tasks(plan.geometry_tasks))
+    _fail_on_missing(plan, "geometry", runner.missing)
+
+
+def _mteb(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
+    from crossbert_eval.mteb_runner import run_mteb
+
+    layers = encoder.layer_indices(plan.mteb_layers)
+    for layer in layers:
+        with timer("mteb", layer=layer):
+            run_mteb(encoder, tasks=plan.mteb_tasks, benchmark=None, layer=layer, pooling=plan.mteb_pooling, out_dir=plan.mteb_dir,
+                     results_dir=plan.results_dir, feature_cache=plan.features_dir, batch_size=plan.batch_size,
+                     data_root=plan.data_root, cache_layers=layers)  # fmt: skip
+
+
+def _fail_on_missing(plan: EvaluationPlan, stage: str, missing: dict[str, str]) -> None:
+    from crossbert_eval.tasks import TaskDataMissing
+
+    if missing:
+        raise TaskDataMissing(f"{plan.who}: {stage} task data missing: {'; '.join(missing.values())}")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """One row of checkpoints.jsonl: a model the report draws, and where it sits in the plots. The file keeps the
+    report's column names, which committed sweeps and zoos already use: `line` is written as `objective`, `point`
+    as `size`."""
+
+    run: str  # a sweep's run key; a zoo's display name
+    line: str  # the plot line the model belongs to: a sweep's objective, a zoo's family
+    point: str  # its label on that line: a sweep's size preset, a zoo's display name
+    seed: int
+    step: int
+    total_steps: int  # step == total_steps: a final checkpoint (every zoo model is one)
+    checkpoint: str
+    details: dict = field(default_factory=dict)  # the rest: fingerprint, parameter counts, tokens, FLOPs, losses, ...
+
+    def row(self) -> dict:
+        return {"run": self.run, "objective": self.line, "size": self.point, "seed": self.seed, "step": self.step,
+                "total_steps": self.total_steps, "checkpoint": self.checkpoint, **self.details}  # fmt: skip
+
+
+class ModelRecords:
+    """checkpoints.jsonl's one writer. A row is identified by its `key` columns (a sweep: run and step; a zoo: run)."""
+
+    def __init__(self, file: Path):
+        self.file = Path(file)
+
+    def has(self, **key) -> bool:
+        return any(all(r.get(k) == v for k, v in key.items()) for r in read_jsonl(self.file))
+
+    def put(self, record: ModelRecord, key: tuple[str, ...], identity: tuple[str, ...] = ()) -> bool:
+        """Append the record's row unless rows of the same key are there and agree with it on `identity`; rows of
+        the same key that disagree are replaced (a zoo entry changed under its name). Returns whether rows were replaced."""
+        row = record.row()
+        rows = read_jsonl(self.file)
+        same = [r for r in rows if all(r.get(k) == row[k] for k in key)]
+        if same and all(all(r.get(k) == row[k] for k in identity) for r in same):
+            return False
+        if same:
+            kept = [r for r in rows if not all(r.get(k) == row[k] for k in key)]
+            atomic_write_text(self.file, "".join(json.dumps(r, default=str) + "\n" for r in kept))
+        append_jsonl(self.file, [row])
+        return bool(same)

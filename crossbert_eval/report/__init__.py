@@ -1,0 +1,13 @@
+"""Reports as a library: everything a sweep or a zoo report shows, rebuilt at any time from the files the runs wrote.
+
+    loading       the folder's score rows and checkpoints, joined into the frames the tables use
+    tables        the report's tables (per checkpoint, per size, plateau, last vs best layer, geometry, sample efficiency)
+    noise         error bars over seeds and the tests of the report's comparisons, with their sentences
+    plots         the figures; colours are passed in, each figure comes back with its caption (Plot)
+    markdown      Markdown tables and sections, the HTML page
+    text_tables   the plain-text tables the probe, geometry and mteb commands print
+    sweep_report  a sweep folder's report (`crossbert report SWEEP_DIR`)
+    zoo_report    a zoo folder's report: the same pieces, parameterised by model instead of checkpoint
+
+No module keeps state between builds: a report is a function of its folder.
+"""

@@ -1,0 +1,133 @@
+"""Reading a sweep or zoo folder: its score rows, its checkpoints and the frames the tables are built from.
+
+    checkpoints.jsonl         one row per probed checkpoint (a zoo: per model): objective, size, step, params, tokens, FLOPs, losses
+    results/results.jsonl     every probe / geometry / mteb row
+    unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crossbert_model.args import read_yaml
+from crossbert_model.errors import CrossbertError
+from crossbert_model.shared_loss import SHARED_LOSS_KEYS
+from crossbert_model.utils import read_jsonl
+
+from ..results import RESULTS_FILE, normalise_row, probe_variant
+
+
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+GEOMETRY_PROBE = "geometry"  # crossbert_eval.geometry_runner.PROBE_NAME, without importing the encoders
+
+
+class ReportError(CrossbertError, ValueError):
+    """The report was asked of something that is not a sweep (or zoo) folder."""
+
+
+# Loss columns of checkpoints.jsonl, native first; shared-protocol ones exist for checkpoints trained since they did.
+LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
+# Unigram entropies and own mask ratios of runs trained before the trainer recorded them, one row per run
+# (crossbert_eval.sweep.fill_unigram_entropies, `crossbert plateau SWEEP_DIR`): they fill checkpoints.jsonl's gaps.
+UNIGRAM_FILE = "unigram_entropies.jsonl"
+
+
+def results_path(root: Path) -> Path:
+    return root / "results" / RESULTS_FILE
+
+
+def read_result_rows(root: Path) -> list[dict]:
+    """The sweep's score rows in today's shape (old rows: `versions` -> `packages`, string layers -> int)."""
+    return [normalise_row(r) for r in read_jsonl(results_path(root))]
+
+
+def load_checkpoints(root: Path) -> pd.DataFrame:
+    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params), with
+    the own mask ratio and unigram entropies of older runs filled in from UNIGRAM_FILE where it exists."""
+    checkpoints = pd.DataFrame(read_jsonl(root / CHECKPOINTS_FILE))
+    return fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
+
+
+def fill_by_run(checkpoints: pd.DataFrame, filled: pd.DataFrame) -> pd.DataFrame:
+    """The missing `mask_ratio` and `unigram_entropy_*` values of `checkpoints`, from `filled`'s row of the same run."""
+    if checkpoints.empty or filled.empty:
+        return checkpoints
+    by_run = filled.drop_duplicates("run", keep="last").set_index("run")
+    out = checkpoints.copy()
+    for col in [c for c in by_run.columns if c == "mask_ratio" or c.startswith("unigram_entropy")]:
+        values = pd.to_numeric(out["run"].map(by_run[col]), errors="coerce")
+        out[col] = pd.to_numeric(out[col], errors="coerce").fillna(values) if col in out else values
+    return out
+
+
+def sweep_config(root: Path) -> dict:
+    """The sweep's sweep.yaml as a mapping ({} where there is none)."""
+    return read_yaml(root / "sweep.yaml") if (root / "sweep.yaml").is_file() else {}
+
+
+def reference_objective(sweep: dict) -> str | None:
+    """The objective every other is compared with: the sweep config's `reference_objective`, else the first
+    objective it lists (None: no sweep config, no objective comparisons)."""
+    objectives = sweep.get("objectives") or []
+    return sweep.get("reference_objective") or (objectives[0]["name"] if objectives else None)
+
+
+def with_probe_variants(results: pd.DataFrame) -> pd.DataFrame:
+    """`probe` named with its feature transform (results.probe_variant: `knn`, `knn (centred)`), so every table
+    keeps the raw and the transformed scores of one probe apart, side by side."""
+    if "feature_transform" not in results.columns:
+        return results
+    probes = [probe_variant(p, t) for p, t in zip(results["probe"], results["feature_transform"])]
+    return results.assign(probe=probes).drop(columns="feature_transform")
+
+
+def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
+    checkpoints = load_checkpoints(root)
+    results = pd.DataFrame(read_result_rows(root) if rows is None else rows)
+    if checkpoints.empty or results.empty:
+        return pd.DataFrame()
+    if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
+        results = results[results["probe"] != GEOMETRY_PROBE]
+    keep = ["model_fingerprint", "task", "family", "split", "probe", "feature_transform", "layer", "relative_depth", "pooling",
+            "metric", "value", "is_main", "ci_low", "ci_high", "unit"]  # fmt: skip
+    results = with_probe_variants(results[[c for c in keep if c in results.columns]])
+    if results.empty:
+        return pd.DataFrame()
+    layer = pd.to_numeric(results["layer"], errors="coerce")  # an int end to end: tables sort 2 < 10, L6 not L6.0
+    results = results[layer.notna()].assign(layer=layer.dropna().astype(int))
+    scores = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
+    scores["is_final"] = scores["step"] == scores["total_steps"]
+    scores["is_last_layer"] = scores["layer"] == scores["layers"]
+    scores["score"] = 100 * scores["value"]
+    for end in ("low", "high"):  # the bootstrap interval over evaluation examples, in points (mteb rows: none)
+        scores[f"score_ci_{end}"] = 100 * pd.to_numeric(scores.get(f"ci_{end}", np.nan), errors="coerce")
+    return scores
+
+
+def load_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
+    """Geometry rows (probe="geometry") joined with their checkpoints; `score` is the raw metric value."""
+    checkpoints = load_checkpoints(root)
+    results = pd.DataFrame(read_result_rows(root) if rows is None else rows)
+    if checkpoints.empty or results.empty or "probe" not in results.columns:
+        return pd.DataFrame()
+    keep = ["model_fingerprint", "task", "split", "probe", "layer", "relative_depth", "pooling", "metric", "value", "n_eval"]
+    results = results[results["probe"] == GEOMETRY_PROBE]
+    results = results[[c for c in keep if c in results.columns]]
+    if results.empty:
+        return pd.DataFrame()
+    results = results.assign(layer=pd.to_numeric(results["layer"]).astype(int))
+    geo = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
+    geo["is_final"] = geo["step"] == geo["total_steps"]
+    geo["is_last_layer"] = geo["layer"] == geo["layers"]
+    geo["score"] = geo["value"]
+    return headline_split(geo)
+
+
+def headline_split(df: pd.DataFrame) -> pd.DataFrame:
+    """One split per task: the last in sort order (test after validation) - what tables report."""
+    last = df.groupby("task")["split"].transform("max")
+    return df[df["split"] == last]
+

@@ -1,0 +1,284 @@
+"""Noise statistics of a report: the error bars over seeds (descriptive) and the tests of its comparisons, with the
+sentences that state them (the methods, the verdicts, the power)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import stats as S
+from .loading import headline_split
+
+# ------------------------------------------------------------------------------------------------
+# Uncertainty: error bars over seeds (descriptive), and tests of the report's comparisons (crossbert_eval.stats)
+# ------------------------------------------------------------------------------------------------
+# Error bars describe the spread; they are not a test. One rule, named here once:
+#   3 or more seeds: mean +- std over seeds (ddof=1);
+#   2 seeds: min-max (a std of two values is their half-difference times sqrt(2): too optimistic);
+#   1 seed: the row's bootstrap interval (probes.BOOTSTRAP_CI over evaluation examples), when it has one.
+# Which differences are beyond noise is a test with a stated error rate (stats: Welch over seeds, the paired
+# bootstrap for two scores of one model with one seed, Benjamini-Hochberg across the report): comparisons().
+MIN_SEEDS_FOR_STD = 3
+BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
+         "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
+
+
+def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
+    """One row per group of `by`, over its seeds: mean, std, min, max, seeds, and the error bar the plots
+    draw (err_low / err_high below / above the mean) with its kind in `band` (a key of BANDS)."""
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "mean", "std", "min", "max", "seeds", "err_low", "err_high", "band"])
+    ci = [c for c in (f"{value}_ci_low", f"{value}_ci_high") if c in df.columns]
+    per_seed = df.groupby([*by, "seed"], dropna=False)[[value, *ci]].mean().reset_index()
+    g = per_seed.groupby(by, dropna=False)
+    out = g[value].agg(["mean", "std", "min", "max"]).join(g.size().rename("seeds"))
+    if ci:
+        out = out.join(g[ci].mean().set_axis(["ci_low", "ci_high"], axis=1))
+    out = out.reset_index()
+    out["band"] = [_band(n, row) for n, (_, row) in zip(out["seeds"], out.iterrows())]
+    low = {"std": out["mean"] - out["std"], "min-max": out["min"], "bootstrap": out.get("ci_low", out["mean"]), "none": out["mean"]}
+    high = {"std": out["mean"] + out["std"], "min-max": out["max"], "bootstrap": out.get("ci_high", out["mean"]), "none": out["mean"]}
+    out["err_low"] = [out["mean"][i] - low[b][i] for i, b in enumerate(out["band"])]
+    out["err_high"] = [high[b][i] - out["mean"][i] for i, b in enumerate(out["band"])]
+    return out
+
+
+def _band(seeds: int, row: pd.Series) -> str:
+    if seeds >= MIN_SEEDS_FOR_STD:
+        return "std"
+    if seeds == 2:
+        return "min-max"
+    has_ci = pd.notna(row.get("ci_low")) and pd.notna(row.get("ci_high"))
+    return "bootstrap" if has_ci else "none"
+
+
+def band_caption(bands) -> str:
+    """What the error bars of a figure are, from the bands of the lines it draws."""
+    kinds = [b for b in BANDS if b in set(bands)]
+    return "error bars: " + ("; ".join(BANDS[k] for k in kinds) if kinds else "none")
+
+
+# Why a comparison has no test (its `noise` column; `test` says "none").
+UNTESTED = {
+    "models": "untested: one seed per model (seed variance unmeasured)",
+    "predictions": "untested: one seed, no kept predictions for the paired bootstrap",
+    "mixed": "untested: a side with one seed",
+    "constant": "untested: neither side varies over seeds",
+}
+
+
+def _pair_values(rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
+    """One row per key present on both sides: a_values / b_values, the per-seed scores of each side."""
+    per_seed = rows.groupby([*keys, side_col, "seed"], dropna=False)["score"].mean().reset_index()
+    sides = per_seed.groupby([*keys, side_col], dropna=False)["score"].agg(list).rename("values").reset_index()
+    left = sides[sides[side_col] == a].drop(columns=side_col).set_index(keys).add_prefix("a_")
+    right = sides[sides[side_col] == b].drop(columns=side_col).set_index(keys).add_prefix("b_")
+    return left.join(right, how="inner").reset_index()
+
+
+def _with_units(pairs: pd.DataFrame, rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
+    """a_unit / b_unit / metric: the one result row behind each side of a pair, where it is one row (one
+    seed, one pooling); what a paired comparison needs."""
+    if "unit" not in rows.columns or pairs.empty:
+        return pairs
+    groups = rows.groupby([*keys, side_col], dropna=False)
+    single = groups[["unit", "metric"]].first()[groups.size() == 1]
+    out = pairs.copy()
+    for side, value in (("a", a), ("b", b)):
+        found = [single.loc[k] if k in single.index else None for k in (tuple(r[keys]) + (value,) for _, r in pairs.iterrows())]
+        out[f"{side}_unit"] = [f["unit"] if f is not None else None for f in found]
+        if side == "a":  # both sides: the same task and probe, so the same main metric
+            out["metric"] = [f["metric"] if f is not None else None for f in found]
+    return out
+
+
+def _seed_test(a: list, b: list) -> dict:
+    """Welch's test over seeds (stats.welch) where both sides have two or more seeds; else why there is none."""
+    if min(len(a), len(b)) < 2:
+        return {"test": "none", "noise": UNTESTED["mixed" if max(len(a), len(b)) > 1 else "models"]}
+    w = S.welch(a, b)
+    if np.isnan(w.p):
+        return {"test": "none", "noise": UNTESTED["constant"]}
+    return {"test": f"{S.WELCH} ({len(a)} vs {len(b)})", "noise": S.SEED_NOISE, "p_value": float(w.p),
+            "diff_ci_low": float(w.ci_low), "diff_ci_high": float(w.ci_high)}  # fmt: skip
+
+
+def seed_tests(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each pair's means, spreads and seeds, its difference (b - a) and its test over seeds."""
+    out = pairs.copy()
+    for side in ("a", "b"):
+        values = out[f"{side}_values"]
+        out[f"{side}_mean"] = [float(np.mean(v)) for v in values]
+        out[f"{side}_std"] = [float(np.std(v, ddof=1)) if len(v) > 1 else np.nan for v in values]
+        out[f"{side}_seeds"] = [len(v) for v in values]
+    out["diff"] = out["b_mean"] - out["a_mean"]
+    tests = pd.DataFrame([_seed_test(a, b) for a, b in zip(out["a_values"], out["b_values"])], index=out.index)
+    return out.join(tests.reindex(columns=["test", "noise", "p_value", "diff_ci_low", "diff_ci_high"]))
+
+
+def paired_tests(table: pd.DataFrame, predictions) -> pd.DataFrame:
+    """Test each pair of two 1-seed scores of the same pre-trained model (`within_model`) by the paired bootstrap
+    of the difference over its evaluation examples (probes.bootstrap_diff; in points): evaluation noise only.
+    `predictions(unit)` -> (labels, predictions) or None. Two different models with one seed each stay untested."""
+    out = table.copy()
+    one_seed = (out["a_seeds"] == 1) & (out["b_seeds"] == 1) & out["within_model"]
+    out.loc[one_seed, "noise"] = UNTESTED["predictions"]
+    if predictions is None or "a_unit" not in out.columns:
+        return out
+    from ..probes import bootstrap_diff  # here: probes imports FAISS and scikit-learn, which a report rarely needs
+
+    for i, row in out[one_seed].iterrows():
+        a, b = (predictions(u) if pd.notna(u) else None for u in (row["a_unit"], row["b_unit"]))
+        if a is None or b is None or not np.array_equal(a[0], b[0]):
+            continue
+        d = bootstrap_diff(row["metric"], a[0], a[1], b[1])
+        out.loc[i, ["diff_ci_low", "diff_ci_high", "p_value"]] = 100 * d.low, 100 * d.high, d.p
+        out.loc[i, ["test", "noise"]] = S.PAIRED, S.EVALUATION_NOISE
+    return out
+
+
+def family_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """The report's correction (stats.adjusted) over its family: every comparison with a p-value that the plateau
+    rule did not withhold. Beyond noise when the adjusted p-value is at most stats.ALPHA; no p-value: unknown."""
+    out = table.copy()
+    withheld = out["verdict"].fillna("").str.startswith("not comparable")
+    out["p_adjusted"] = S.adjusted(out["p_value"].where(~withheld).to_numpy(float))
+    called = np.where(S.beyond_noise(out["p_adjusted"]), "beyond noise", "within noise")
+    out["verdict"] = np.where(withheld, out["verdict"], np.where(out["p_adjusted"].isna(), "unknown", called))
+    return out
+
+
+COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
+                      "a_std", "b_std", "a_seeds", "b_seeds", "test", "noise", "p_value", "p_adjusted", "verdict"]  # fmt: skip
+
+
+def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=None, plateau: pd.DataFrame | None = None,
+                ) -> pd.DataFrame:  # fmt: skip
+    """The comparisons the report makes, each with its test and verdict:
+    * objectives at each size: the `reference` objective (reference_objective: the sweep config's) vs every
+      other objective, per task and probe (final checkpoints, last layer, main metric); none without a reference;
+    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe.
+    Tests: Welch over seeds, or for two 1-seed scores of one model the paired bootstrap over evaluation examples
+    (`predictions`: ResultsStore.load_predictions); then the report's correction over every tested comparison
+    (family_verdicts). `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the
+    plateau, and those are left out of the correction's family."""
+    final = headline_split(scores[scores["is_main"] & scores["is_final"]])
+    if final.empty:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    parts = []
+    by_objective = final[final["is_last_layer"]]
+    keys = ["size", "params_non_embedding", "task", "probe"]
+    for other in sorted(set(by_objective["objective"]) - {reference}) if reference in set(by_objective["objective"]) else []:
+        pairs = _with_units(_pair_values(by_objective, keys, "objective", reference, other), by_objective, keys, "objective", reference, other)
+        if len(pairs):
+            parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other, within_model=False))
+    ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
+    keys = ["objective", "size", "params_non_embedding", "task", "probe"]
+    pairs = _with_units(_pair_values(ends, keys, "end", "layer 0", "last layer"), ends, keys, "end", "layer 0", "last layer")
+    if len(pairs):
+        parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer", within_model=True))
+    if not parts:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    out = paired_tests(seed_tests(pd.concat(parts, ignore_index=True)), predictions)
+    out["objective"] = out["objective"].fillna("") if "objective" in out else ""
+    out = family_verdicts(plateau_verdicts(out.assign(verdict=""), plateau))
+    out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
+    return out[COMPARISON_COLUMNS]
+
+
+def plateau_runs(plateau: pd.DataFrame | None, size, objectives) -> list[str]:
+    """The runs of `objectives` at `size` (every seed) that are still on the unigram plateau."""
+    if plateau is None or plateau.empty:
+        return []
+    on = plateau[(plateau["off_plateau"] == "no") & (plateau["size"] == size) & plateau["objective"].isin(list(objectives))]
+    return sorted(on["run"])
+
+
+def not_comparable(runs: list[str]) -> str:
+    return f"not comparable: {', '.join(runs)} on the unigram plateau"
+
+
+def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.DataFrame:
+    """A comparison that involves a run on the unigram plateau (any seed of either side: both objectives
+    of an objective comparison, the objective of a depth comparison) gets no verdict but
+    'not comparable: <runs> on the unigram plateau' (issue 20). The numbers stay."""
+    if plateau is None or plateau.empty:
+        return table
+    out = table.copy()
+    for i, row in out.iterrows():
+        runs = plateau_runs(plateau, row["size"], [row["objective"]] if row["objective"] else [row["a"], row["b"]])
+        if runs:
+            out.loc[i, "verdict"] = not_comparable(runs)
+    return out
+
+
+def _named(row: pd.Series) -> str:
+    evaluation_only = " [evaluation noise only]" if row["noise"] == S.EVALUATION_NOISE else ""
+    who = (row["objective"] + " ") if row["objective"] else ""
+    return f"{who}{row['size']} {row['task']}:{row['probe']} ({row['diff']:+.2f}, adjusted p {row['p_adjusted']:.2g}){evaluation_only}"
+
+
+NO_COMPARISONS = "No comparisons: a sweep needs two objectives at one size, or a layer-0 and a last-layer score."
+
+
+def noise_paragraph(table: pd.DataFrame, no_comparisons: str = NO_COMPARISONS) -> str:
+    """The generated summary above the comparison table: how many differences are beyond noise, and which
+    (`no_comparisons`: the line for a table without any, which says what the report would need)."""
+    if table.empty:
+        return no_comparisons
+    lines = []
+    for comparison, sub in table.groupby("comparison", sort=False):
+        counts = sub["verdict"].value_counts()
+        withheld = int(sub["verdict"].str.startswith("not comparable").sum())
+        named = ", ".join(_named(r) for _, r in sub[sub["verdict"] == "beyond noise"].iterrows())
+        lines.append(
+            f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are beyond noise"
+            f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} untested"
+            + (f", {withheld} not comparable: a run on the unigram plateau" if withheld else "") + ")"
+            + (f": {named}." if named else ".")
+        )
+    return "\n".join(lines)
+
+
+def methods_paragraph(table: pd.DataFrame) -> str:
+    """How the report decides (crossbert_eval.stats): the tests, alpha, the correction and its family, and the power."""
+    family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
+    text = (
+        f"**Method.** With two or more seeds per side: {S.WELCH}, two-sided, unequal variances ({S.SEED_NOISE}; "
+        f"`diff_ci_low` / `diff_ci_high`: its uncorrected {1 - S.ALPHA:.0%} interval of the difference). With one seed: two "
+        f"scores of the same pre-trained model on one evaluation set (layer 0 and the last layer) by the {S.PAIRED}, labelled "
+        f"`{S.EVALUATION_NOISE}`; two different models with one seed each are not tested. Multiple comparisons: "
+        f"{S.CORRECTION} over the {family} tested comparisons of this report (those withheld by the unigram-plateau rule are "
+        f"left out), false-discovery rate {S.ALPHA:g}: a difference is beyond noise when its adjusted p-value (`p_adjusted`) "
+        f"is at most {S.ALPHA:g}. When no difference is real this bounds the chance of any false call at {S.ALPHA:g} "
+        "(tests/test_stats.py measures it over simulated reports)."
+    )
+    seeds = sorted({int(min(a, b)) for a, b, t in zip(table["a_seeds"], table["b_seeds"], table["test"]) if str(t).startswith(S.WELCH)}
+                   ) if len(table) else []  # fmt: skip
+    return f"{text} {power_sentence(sorted({S.POWER_SEEDS, *seeds}), family)}" if seeds else text
+
+
+def power_sentence(seeds: list[int], family: int) -> str:
+    """The simulated power (stats.power) of a true difference of stats.POWER_EFFECT_SD seed standard deviations."""
+    cases = []
+    for n in seeds:
+        power = S.power(seeds=n, family=family)
+        case = f"with {n} seeds per side it is called in {power.alone:.1%} of tests at {S.ALPHA:g} uncorrected"
+        if power.family > 1:  # a family of one (or none tested) has nothing to correct for
+            case += f", and in {power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}"
+        cases.append(case)
+    return f"Power (simulated, normal seed scores), a true difference of {S.POWER_EFFECT_SD:g} standard deviations: {'; '.join(cases)}."
+
+
+def size_bands(table: pd.DataFrame, y: str) -> pd.DataFrame:
+    """The error bars of a by_size column, by the rule of seed_bands: std (3+ seeds), min-max (2), none (1)."""
+    band = np.where(table["seeds"] >= MIN_SEEDS_FOR_STD, "std", np.where(table["seeds"] == 2, "min-max", "none"))
+    std, low, high = (table.get(f"{y}_{k}", pd.Series(np.nan, index=table.index)) for k in ("std", "min", "max"))
+    # one assign: the by_size table is wide (a column per task and probe), and adding columns one at a time
+    # fragments it (pandas' PerformanceWarning on every plot)
+    return table.assign(
+        mean=table[y], band=band,
+        err_low=np.where(band == "std", std, np.where(band == "min-max", table[y] - low, 0.0)),
+        err_high=np.where(band == "std", std, np.where(band == "min-max", high - table[y], 0.0)),
+    )  # fmt: skip
+

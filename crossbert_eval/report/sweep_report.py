@@ -1,0 +1,173 @@
+"""A sweep folder's report: tables/, plots/, report.md and report.html, rebuilt from the files the sweep wrote.
+
+Outputs: tables/{scores,summary,summary_by_size,plateau,comparisons,geometry,sample_efficiency}.{csv,parquet},
+plots/*.{png,svg}, report.md, report.html. Every plot draws error bars over seeds (the rule: noise.seed_bands) and says
+which in its title and caption; `comparisons` tests which differences the report makes are beyond noise (the test,
+alpha and correction: crossbert_eval.stats), and gives no verdict where a run is still on the unigram plateau
+(crossbert_model.plateau): `plateau` says which.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from crossbert_model.plateau import PLATEAU_MARGIN
+from crossbert_model.utils import atomic_write_text, provenance
+
+from ..results import RESULTS_FILE, ResultsStore
+from .loading import (LOSS_COLUMNS, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
+                      results_path, sweep_config)  # fmt: skip
+from .markdown import centring_section, duplicates_warning, markdown_table, plot_section, render_html, timing_table
+from .noise import comparisons, methods_paragraph, noise_paragraph
+from .plots import (Plot, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
+                    plot_loss_vs_probe, plot_training)  # fmt: skip
+from .tables import by_size, geometry_seed_table, layer_best, plateau_table, sample_efficiency, summarise
+
+log = logging.getLogger("crossbert_eval.report")
+
+
+def build_sweep_report(root: Path) -> Path | None:
+    """Tables, plots, report.md and report.html of a sweep folder; returns report.md's path, or None
+    (nothing written) while the sweep has no scores yet. Not a sweep folder: ReportError."""
+    root = Path(root)
+    if not (results_path(root).is_file() or (root / "sweep.yaml").is_file()):
+        raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or sweep.yaml)")
+    rows = read_result_rows(root)
+    scores = load_scores(root, rows)
+    if scores.empty:
+        log.info("report: no scores yet under %s", root)
+        return None
+    tables = root / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    summary = summarise(scores)
+    sizes = by_size(summary)
+    geo = load_geometry(root, rows)
+    checkpoints = load_checkpoints(root)
+    plateau = plateau_table(checkpoints)
+    reference = reference_objective(sweep_config(root))
+    extras = {
+        "plateau": plateau,
+        "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau),
+        "geometry": geometry_seed_table(geo),
+        "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
+    }
+    for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
+        df.to_csv(tables / f"{name}.csv", index=False)
+        df.to_parquet(tables / f"{name}.parquet", index=False)
+    plots_dir = root / "plots"
+    plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir, checkpoints)
+    plots += plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir) + plot_losses(checkpoints, plots_dir)
+    plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir) + plot_geometry_training(geo, plots_dir)
+    md = render_sweep_markdown(root, sizes, summary, scores, plots, duplicates_warning(rows), extras)
+    atomic_write_text(root / "report.md", md)
+    atomic_write_text(root / "report.html", render_html(md))
+    return root / "report.md"
+
+
+def render_sweep_markdown(
+    root: Path, sizes: pd.DataFrame, summary: pd.DataFrame, scores: pd.DataFrame, plots: list[Plot], warning: str | None = None,
+    extras: dict | None = None,
+) -> str:  # fmt: skip
+    prov = provenance()  # of the report build; each row carries its own (git_revision, packages)
+    sweep_yaml = (root / "sweep.yaml").read_text() if (root / "sweep.yaml").exists() else ""
+    extras = extras or {}
+    score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith(("_std", "_min", "_max"))]
+    with_std = [x for c in score_cols for x in (c, f"{c}_std")]
+    losses = [c for c in LOSS_COLUMNS if c in sizes.columns]
+    shown = sizes[["objective", "size", "params_non_embedding", "train_flops", *losses, *with_std, "seeds"]]
+    best_layers = layer_best(scores)
+    compared = extras.get("comparisons", pd.DataFrame())
+    plateau = extras.get("plateau", pd.DataFrame())
+    geometry = extras.get("geometry", pd.DataFrame())
+    efficiency = extras.get("sample_efficiency", pd.DataFrame())
+    parts = [
+        f"# Sweep report: {root.name}",
+        "",
+        *([f"**{warning}**", ""] if warning else []),
+        "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
+        "`glue_*` averages the GLUE tasks probed; `mteb_*` averages mteb's main scores (by task type, and overall).",
+        "`val_loss` is the masked-token cross-entropy of each objective on its own task (MLM at its ratio with BERT's "
+        "80/10/10, CrossBERT at its mask ratio): it ranks sizes within an objective, not objectives against each other. "
+        "`shared_loss_r15` / `shared_loss_r50` are the shared-protocol losses (crossbert_model/shared_loss.py: the same "
+        "seeded masks at 15% / 50%, every selected token [MASK] for MLM, only the unselected tokens visible to CrossBERT's "
+        "encoder): compare objectives by these.",
+        "",
+        "## Final checkpoints by size",
+        "",
+        markdown_table(shown),
+        "",
+        "`*_std`: standard deviation over seeds (empty with one seed); `seeds`: how many seeds each mean averages.",
+        "",
+        "## Last layer vs best layer (final checkpoints)",
+        "",
+        markdown_table(best_layers),
+        "",
+        *(["## The unigram plateau", "",
+           "A model that knows token frequencies and nothing else scores the unigram entropy of the targets "
+           "(crossbert_model/plateau.py: add-one-smoothed unigram counts of the run's training sequences). A run is off the "
+           f"plateau when its shared-protocol loss at its own training ratio is at least {PLATEAU_MARGIN:g} nats below the "
+           "unigram entropy of the same targets (issue 20); a comparison that involves a run on the plateau gives no verdict "
+           "below (`not comparable`). `unknown`: the run recorded no unigram entropy (runs trained before it was recorded: "
+           "`crossbert plateau SWEEP_DIR` fills it in).", "", markdown_table(plateau, floatfmt="{:.3f}"), ""]
+          if len(plateau) else []),  # fmt: skip
+        "## Which differences are beyond noise",
+        "",
+        f"Objectives: {_objectives_compared(reference_objective(sweep_config(root)))}; depth: layer 0 against the last layer "
+        "of each objective and size. The plots' error bars describe the spread; this table tests it.",
+        "",
+        methods_paragraph(compared),
+        "",
+        noise_paragraph(compared),
+        "",
+        markdown_table(compared),
+        "",
+        *(["## Sample efficiency (shared-protocol loss)", "",
+           "Corpus tokens each objective needs to reach the reference objective's final shared-protocol loss "
+           "(seed means, interpolated in log tokens between checkpoints, never extrapolated: `note` says when the target "
+           "lies below the first checkpoint or was not reached). `flops_ratio` is the same in training FLOPs.", "", markdown_table(efficiency, floatfmt="{:.3f}"), ""]
+          if len(efficiency) else []),  # fmt: skip
+        *(["## Representation geometry (final checkpoints, last layer)", "",
+           "Mean and std over seeds of each metric of crossbert_eval.geometry on the tasks' evaluation texts "
+           "(pair tasks: both sentences, each encoded alone).", "", *centring_section(geometry),
+           markdown_table(geometry, floatfmt="{:.4f}"), ""]
+          if len(geometry) else []),  # fmt: skip
+        "## Plots",
+        "",
+        *plot_section(plots),
+        "## Every checkpoint",
+        "",
+        markdown_table(summary.drop(columns=["total_steps"], errors="ignore")),
+        "",
+        "## Where the time went (wall seconds per stage)",
+        "",
+        timing_table(root),
+        "",
+        "## Configuration",
+        "",
+        "```yaml",
+        sweep_yaml.rstrip(),
+        "```",
+        "",
+        "## Provenance",
+        "",
+        "```json",
+        json.dumps(prov, indent=2),
+        "```",
+        "",
+        "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
+        "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _objectives_compared(reference: str | None) -> str:
+    if reference is None:
+        return "none compared (no sweep.yaml names the objectives)"
+    return (f"every objective against the reference objective `{reference}` (the sweep config's `reference_objective`, else "
+            "its first objective), per size, task and probe (last layer)")  # fmt: skip
+
+

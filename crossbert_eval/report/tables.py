@@ -1,0 +1,181 @@
+"""The report's tables, each a function of the frames crossbert_eval.report.loading builds: per checkpoint, per size,
+the unigram plateau, last vs best layer, geometry, and sample efficiency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crossbert_model.plateau import off_plateau, plateau_margin, unigram_entropy_key
+from crossbert_model.shared_loss import SHARED_LOSS_R50, protocol_key
+
+from .loading import LOSS_COLUMNS, headline_split
+from .noise import not_comparable, plateau_runs, seed_bands
+
+
+GLUE_PROBES = ("linear", "knn")
+
+
+def summarise(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages, MTEB averages by type."""
+    main = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
+    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
+           *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
+    parts = []
+    for probe in GLUE_PROBES:
+        sub = main[(main["probe"] == probe) & (main["family"] == "glue")]
+        if len(sub):
+            parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"glue_{probe}"))
+    mteb = main[main["probe"] == "mteb"]
+    if len(mteb):
+        for family, sub in mteb.groupby("family"):
+            parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"mteb_{family.split(':', 1)[1].lower()}"))
+        parts.append(mteb.groupby(ids, dropna=False)["score"].mean().rename("mteb_avg"))
+    for (task, probe), sub in main.groupby(["task", "probe"]):
+        parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"{task}:{probe}"))
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, axis=1).reset_index().sort_values(["objective", "params_non_embedding", "step"])
+
+
+def by_size(summary: pd.DataFrame) -> pd.DataFrame:
+    """Final checkpoints, mean and std over seeds."""
+    final = summary[summary["is_final"]]
+    metrics = [c for c in final.columns if c.startswith(("glue_", "mteb_")) or ":" in c or c in LOSS_COLUMNS]
+    grouped = final.groupby(["objective", "size", "params_non_embedding", "train_flops"], dropna=False)[metrics]
+    out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
+           .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
+    return out.reset_index().sort_values(["objective", "params_non_embedding"])
+
+
+def _number(value) -> float:
+    return float(value) if value is not None and pd.notna(value) else np.nan
+
+
+def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """Per run (final checkpoint): the shared-protocol loss at its own training ratio against the unigram
+    entropy of the same targets, the margin between them, and whether the run is off the plateau
+    (crossbert_model.plateau.off_plateau: at least PLATEAU_MARGIN below); 'unknown' for a run that recorded
+    no entropy or no loss at its own ratio."""
+    if checkpoints.empty or "run" not in checkpoints.columns:
+        return pd.DataFrame()
+    final = checkpoints[checkpoints["step"] == checkpoints["total_steps"]].drop_duplicates("run", keep="last")
+    rows = []
+    order = [c for c in ("objective", "params_non_embedding", "seed") if c in final.columns]
+    for _, r in final.sort_values(order).iterrows():
+        ratio = _number(r.get("mask_ratio"))
+        known = not np.isnan(ratio)
+        loss = _number(r.get(protocol_key("shared_loss", ratio))) if known else np.nan
+        entropy = _number(r.get(unigram_entropy_key(ratio))) if known else np.nan
+        off = off_plateau(loss, entropy)
+        rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "own_ratio": ratio,
+                     "own_ratio_shared_loss": loss, "unigram_entropy": entropy, "margin": plateau_margin(loss, entropy),
+                     "off_plateau": "unknown" if off is None else ("yes" if off else "no")})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# The two x axes of every along-training plot: sample efficiency (corpus tokens) and compute (FLOPs).
+TRAINING_AXES = {
+    "corpus_tokens": ("training tokens (corpus tokens read)", "", False),
+    "train_flops": ("training FLOPs (log scale)", "_flops", True),
+}
+
+
+def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """checkpoints.jsonl in long form, one row per (checkpoint, loss): native and shared-protocol losses."""
+    if checkpoints.empty:
+        return pd.DataFrame()
+    present = [c for c in LOSS_COLUMNS if c in checkpoints.columns]
+    ids = ["objective", "size", "seed", "step", "params_non_embedding", *TRAINING_AXES]
+    long = checkpoints.drop_duplicates(["run", "step"]).melt(id_vars=ids, value_vars=present, var_name="loss", value_name="score")
+    long = long.dropna(subset=["score"]).assign(protocol=lambda d: np.where(d["loss"] == "val_loss", "native (not comparable across objectives)", "shared protocol"))
+    return long
+
+
+def _budget_to_reach(curve: pd.DataFrame, x: str, target: float) -> tuple[float, str]:
+    """(x, note): the x (tokens or FLOPs) at which a loss curve first reaches `target`, interpolated linearly
+    in log x between the two checkpoints around it. Never extrapolated: NaN with the note "below the first
+    checkpoint" (reached before it: less than its x) or "not reached" (more than the last x)."""
+    curve = curve.sort_values(x)
+    xs, ys = curve[x].to_numpy(float), curve["score"].to_numpy(float)
+    if ys[0] <= target:
+        return (float(xs[0]), "") if ys[0] == target else (np.nan, "below the first checkpoint")
+    for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]):
+        if y1 <= target < y0:
+            t = (y0 - target) / (y0 - y1)
+            return float(np.exp(np.log(x0) + t * (np.log(x1) - np.log(x0)))), ""
+    return np.nan, "not reached"
+
+
+def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, plateau: pd.DataFrame | None = None,
+                      ) -> pd.DataFrame:  # fmt: skip
+    """How many corpus tokens (and FLOPs) each objective needs to reach each reference objective's
+    shared-protocol loss at the reference's final checkpoint, per size, on seed-mean curves. ratio > 1:
+    the objective needs that many times the reference's tokens (the paper's "2x sample efficiency" of CMS
+    is tokens_ratio = 2 for CrossBERT without CMS against CrossBERT with it). A pair with a run on the
+    unigram plateau (`plateau`: plateau_table) says so in `note`."""
+    curves = loss_curves(checkpoints)
+    if curves.empty or loss not in set(curves["loss"]):
+        return pd.DataFrame()
+    curves = curves[curves["loss"] == loss]
+    mean = curves.groupby(["objective", "size", "step", *TRAINING_AXES], as_index=False)["score"].mean()
+    rows = []
+    for size, by_size in mean.groupby("size"):
+        objectives = sorted(by_size["objective"].unique())
+        for reference in objectives:
+            ref = by_size[by_size["objective"] == reference].sort_values("corpus_tokens").iloc[-1]
+            for other in objectives:
+                if other == reference:
+                    continue
+                curve = by_size[by_size["objective"] == other]
+                need = {x: _budget_to_reach(curve, x, ref["score"]) for x in TRAINING_AXES}
+                on_plateau = plateau_runs(plateau, size, [reference, other])
+                note = "; ".join(n for n in (need["corpus_tokens"][1], not_comparable(on_plateau) if on_plateau else "") if n)
+                rows.append({"size": size, "reference": reference, "objective": other, "loss": loss, "target": ref["score"],
+                             "reference_tokens": ref["corpus_tokens"], "tokens_needed": need["corpus_tokens"][0],
+                             "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
+                             "flops_ratio": need["train_flops"][0] / ref["train_flops"], "note": note})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def geometry_seed_table(geo: pd.DataFrame) -> pd.DataFrame:
+    """Final checkpoints, last layer: each metric's mean, std over seeds and the number of seeds."""
+    last = geo[geo["is_final"] & geo["is_last_layer"]] if len(geo) else geo
+    if last.empty:
+        return pd.DataFrame()
+    bands = seed_bands(last, ["objective", "size", "params_non_embedding", "task", "metric"], value="value")
+    bands = bands.sort_values(["task", "metric", "objective", "params_non_embedding"])
+    return bands[["task", "metric", "objective", "size", "mean", "std", "seeds"]]
+
+
+CENTRED = "_centred"  # the suffix of geometry's metrics on mean-centred features
+
+
+def centring_table(geometry: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
+    """Each metric that has a centred variant (RankMe, dataset entropy) next to it, from a geometry table (`value`:
+    its column of values): one row per task and model, raw and centred side by side."""
+    centred = sorted({m for m in geometry["metric"] if m.endswith(CENTRED)}) if len(geometry) else []
+    if not centred:
+        return pd.DataFrame()
+    metrics = [m for c in centred for m in (c.removesuffix(CENTRED), c)]
+    index = [c for c in geometry.columns if c not in ("metric", value, "std", "seeds")]
+    wide = geometry[geometry["metric"].isin(metrics)].pivot_table(index=index, columns="metric", values=value)
+    return wide[[m for m in metrics if m in wide.columns]].reset_index().rename_axis(columns=None)
+
+
+def layer_best(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (objective, size, task, probe): the last layer's and the best layer's score, each the mean over
+    seeds (the best layer is chosen on that mean), with the std over seeds and the number of seeds."""
+    final = headline_split(scores[scores["is_main"] & scores["is_final"]])
+    if final.empty:
+        return pd.DataFrame()
+    bands = seed_bands(final, ["objective", "params_non_embedding", "size", "task", "probe", "layer"])
+
+    def pick(g: pd.DataFrame) -> pd.Series:
+        last, best = g.loc[g["layer"].idxmax()], g.loc[g["mean"].idxmax()]
+        return pd.Series({"last_layer": last["mean"], "last_layer_std": last["std"], "best_layer": int(best["layer"]),
+                          "best": best["mean"], "best_std": best["std"], "seeds": int(last["seeds"])})  # fmt: skip
+
+    out = bands.groupby(["objective", "params_non_embedding", "size", "task", "probe"]).apply(pick, include_groups=False).reset_index()
+    return out.drop(columns="params_non_embedding").astype({"best_layer": int, "seeds": int})
+

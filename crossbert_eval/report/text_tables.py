@@ -1,0 +1,102 @@
+"""The plain-text tables the probe, geometry and mteb commands print when they finish (the report pages are
+crossbert_eval.report.sweep_report / zoo_report)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..results import probe_variant
+from ..tasks import all_tasks
+
+if TYPE_CHECKING:  # the plan's type only: mteb_runner imports mteb, which a table does not need
+    from ..mteb_runner import BenchmarkPlan
+
+
+def probe_text_table(df: pd.DataFrame) -> str:
+    """Main metric per task x probe, one column per layer, in points (x100)."""
+    if df is None or not len(df):
+        return "(no results)"
+    main = df[df["is_main"]].copy()
+    main["score"] = main["value"] * 100
+    main["probe"] = [probe_variant(p, t) for p, t in zip(main["probe"], main.get("feature_transform", [None] * len(main)))]
+    table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
+    table.columns = [f"L{int(c)}" for c in table.columns]
+    return table.round(2).to_string()
+
+
+def geometry_text_table(df: pd.DataFrame) -> str:
+    """One row per task x split x pooling x metric, one column per layer."""
+    if df is None or not len(df):
+        return "(no results)"
+    table = df.pivot_table(index=["task", "split", "pooling", "metric"], columns="layer", values="value", aggfunc="mean")
+    table.columns = [f"L{int(c)}" for c in table.columns]
+    return table.round(4).to_string()
+
+
+def published_score(task: str, model: str, split: str) -> float | None:
+    """The published score a task file records for this model (`reference_scores`), if any."""
+    local = all_tasks().get(task)
+    value = ((local.reference_scores if local else {}) or {}).get(model, {}).get(split)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+DATA_FLAGS = {"mteb": "", "differs": "differs", "variant": "VARIANT"}  # a task's data against MTEB's, as the table marks it
+
+
+def mteb_text_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s: float | None = None) -> str:
+    """Scores beside the published ones, with the max length and time of each task and how its data stands
+    to MTEB's; means over what ran (for a benchmark: labelled with its coverage, never as its score)."""
+    if not rows:
+        return "(no results)"
+    df = pd.DataFrame(rows)
+    for column, default in (("eval_time_s", None), ("protocol", None)):
+        if column not in df:
+            df[column] = default
+    df["data"] = [(p or {}).get("data", "mteb") if isinstance(p, dict) else "mteb" for p in df["protocol"]]
+    main = df[df["is_main"]]
+    # A task's score: its main metric per split, averaged over subsets.
+    keys = ["model", "task_type", "task", "split", "metric"]
+    per_task = main.groupby(keys, as_index=False).agg(
+        value=("value", "mean"), max_length=("max_length", "first"), eval_time_s=("eval_time_s", "first"), data=("data", "first")
+    )
+    lines = []
+    if plan is not None:
+        lines += [f"{plan.name} on local data: {plan.coverage_line()}", ""]
+    lines.append(f"{'type':18} {'task':40} {'split':10} {'metric':15} {'score':>6} {'publ.':>6} {'diff':>6} {'max_len':>7} "
+                 f"{'time_s':>7}  data")  # fmt: skip
+    seen = set()
+    for r in per_task.itertuples():
+        ref = published_score(r.task, r.model, r.split)
+        diff = "" if ref is None else f"{100 * (r.value - ref):+6.2f}"
+        time_s = "" if r.task in seen or pd.isna(r.eval_time_s) else f"{r.eval_time_s:7.1f}"  # per task: on its first line
+        seen.add(r.task)
+        published = "" if ref is None else f"{100 * ref:6.2f}"
+        lines.append(f"{r.task_type:18} {r.task:40} {r.split:10} {r.metric[:15]:15} {100 * r.value:6.2f} "
+                     f"{published:>6} {diff:>6} {r.max_length:>7} {time_s:>7}  {DATA_FLAGS[r.data]}")  # fmt: skip
+    headline = per_task.groupby("task").tail(1).copy()  # the last split in sort order (test after validation)
+    headline["published"] = [published_score(r.task, r.model, r.split) for r in headline.itertuples()]
+    scope = f" that ran (of {plan.size}; NOT a {plan.name} score)" if plan is not None else ""
+    by_type = headline.groupby("task_type")["value"].mean()
+    lines.append("")
+    for task_type, value in by_type.items():
+        lines.append(f"mean {task_type:18} {100 * value:6.2f}  ({(headline['task_type'] == task_type).sum()} task(s))")
+    lines.append(f"mean over the {len(by_type)} task types{scope}: {100 * by_type.mean():6.2f}")
+    lines.append(f"mean over the {len(headline)} tasks{scope}: {100 * headline['value'].mean():6.2f}")
+    if headline["published"].notna().all():
+        lines.append(f"published mean over the same {len(headline)} tasks: {100 * headline['published'].mean():6.2f}")
+    exact = headline[headline["data"] == "mteb"]
+    if len(exact) < len(headline) and len(exact):
+        published = f" (published {100 * exact['published'].mean():6.2f})" if exact["published"].notna().all() else ""
+        lines.append(f"mean over the {len(exact)} tasks with MTEB's data: {100 * exact['value'].mean():6.2f}{published}")
+    flagged = headline[headline["data"] != "mteb"]
+    for r in flagged.itertuples():
+        task = all_tasks().get(r.task)
+        lines.append(f"{DATA_FLAGS[r.data]:7} {r.task}: {(task.mteb or {}).get('data_differs') if task else ''}")
+    if wall_s is not None:
+        encode = df.drop_duplicates("task")["encode_s"].dropna().sum() if "encode_s" in df else 0.0
+        lines.append(f"wall time {wall_s:.0f} s (encoding {encode:.0f} s)")
+    if plan is not None:
+        lines += ["", plan.report()]
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""How the modules of crossbert_eval depend on each other: no import cycle (a function-level import counts), and no
+module reaches into another module's private names; no report function changes module state."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "crossbert_eval"
+# Private names of modules another team owns, still imported until they are made public there.
+KNOWN_PRIVATE = {("crossbert_eval.zoo", "crossbert_eval.encoders", "_HUB_ID"), ("crossbert_eval.zoo", "crossbert_eval.encoders", "_hub_offline")}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path):
+    """(imported module, imported names) of every import statement outside `if TYPE_CHECKING:` blocks."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+                   for n in ast.walk(node)}  # fmt: skip
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            yield ".".join(base + ([node.module] if node.module else [])), [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            yield from ((a.name, []) for a in node.names)
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {m: set() for m in modules}
+    for name, path in modules.items():
+        for module, names in _imports(name, path):
+            for target in [module, *(f"{module}.{n}" for n in names)]:
+                if target in modules and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def test_no_module_of_crossbert_eval_imports_itself_back():
+    graph = _graph()
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        return any(n == goal or (n not in seen and not seen.add(n) and reaches(n, goal, seen)) for n in graph[start])
+
+    assert [m for m in graph if reaches(m, m, set())] == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = set()
+    for name, path in _modules().items():
+        for module, names in _imports(name, path):
+            private |= {(name, module, n) for n in names if n.startswith("_") and module.startswith("crossbert")}
+    assert private == KNOWN_PRIVATE
+
+
+MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard"}
+
+
+def _writes_to_module_names(path: Path) -> list[str]:
+    """Where a function changes a module-level name or an imported module's attribute: `X[k] = v`, `X.clear()`,
+    `R.COLORS[k] = v`, `global X`."""
+    tree = ast.parse(path.read_text())
+    module_names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    module_names |= {(a.asname or a.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                     for a in node.names}  # fmt: skip
+
+    def base(node):
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = []
+    for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        local = {a.arg for a in function.args.args + function.args.kwonlyargs}
+        local |= {t.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) for t in [n]}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                found.append(f"{function.name}: global {', '.join(node.names)}")
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+            for t in targets:
+                if isinstance(t, (ast.Subscript, ast.Attribute)) and base(t) in module_names - local:
+                    found.append(f"{function.name}: {ast.unparse(t)} = ...")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+                if base(node.func.value) in module_names - local:
+                    found.append(f"{function.name}: {ast.unparse(node.func)}(...)")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(m for m in _modules() if m.startswith("crossbert_eval.report") or m == "crossbert_eval.zoo"))
+def test_no_report_function_changes_module_state(module):
+    """A report is a function of its folder: no build leaves anything behind that the next one sees (the zoo passes
+    its palette in rather than patching the report's)."""
+    assert _writes_to_module_names(_modules()[module]) == []
+
+
+def test_the_state_check_catches_what_the_zoo_once_did(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text("from . import report as R\nCAPTIONS = {}\n\ndef build(families, name):\n    CAPTIONS.clear()\n"
+                   "    for f in families:\n        R.COLORS[f] = 'red'\n    CAPTIONS[name] = 'x'\n")
+    assert sorted(_writes_to_module_names(old)) == ["build: CAPTIONS.clear(...)", "build: CAPTIONS[name] = ...", "build: R.COLORS[f] = ..."]
