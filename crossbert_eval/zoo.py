@@ -109,7 +109,7 @@ def count_parameters(model) -> dict[str, int]:
       is part of the checkpoint but computes none of the hidden states the probes read;
     * params_non_embedding: the rest, i.e. what turns embeddings into the probed hidden states
       (blocks, norms): the size axis of the plots. For our models it equals
-      crossbert_model.config.parameter_counts()['encoder_non_embedding'];
+      crossbert_model.objectives.parameter_counts()['encoder_non_embedding'];
     * params_total: everything the loaded model holds (the figure model cards quote)."""
     import torch.nn as nn
 
