@@ -53,7 +53,7 @@ from .results import ResultsStore
 
 log = logging.getLogger("crossbert.zoo")
 
-POOLINGS = ("mean", "cls", "max")  # crossbert_eval.encoders.POOLINGS, without importing torch
+from crossbert_model.defaults import DTYPES, POOLINGS  # noqa: E402
 ZOO_FILE = "zoo.yaml"
 MODELS_FILE = "checkpoints.jsonl"  # the sweep's name and columns, so report.py's pieces read it
 
@@ -202,7 +202,7 @@ def validate_config(cfg: ZooConfig) -> None:
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is also the name of models[{names[name]}]; display names must be unique")
         names[name] = i
-    if cfg.dtype not in ("fp32", "bf16", "auto"):
+    if cfg.dtype not in DTYPES:
         raise ConfigError(f"zoo field 'dtype': expected fp32, bf16 or auto, got {cfg.dtype!r}")
     for key, optional in (("batch_size", False), ("max_length", True)):
         value = getattr(cfg, key)
@@ -248,7 +248,7 @@ def preflight(cfg: ZooConfig) -> None:
         except CrossbertError as e:
             raise ZooError(f"{where}: {e}") from None
     if cfg.mteb_tasks:
-        from crossbert_eval.mteb_runner import resolve_mteb_tasks
+        from crossbert_eval.mteb_benchmark import resolve_mteb_tasks
 
         resolve_mteb_tasks(cfg.mteb_tasks, None, cfg.data_root)
 
