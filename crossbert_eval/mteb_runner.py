@@ -88,7 +88,7 @@ def run_mteb(
     """Run mteb on `model`; return (rows, table text). Rows also go to the results store.
     `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `max_length`
     None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs truncate at), else
-    128, at most the model's positions; `dtype`, `allow_pickle` and `trust_remote_code` as FrozenEncoder.load
+    crossbert_model.defaults.MAX_LENGTH, at most the model's positions; `dtype`, `allow_pickle` and `trust_remote_code` as FrozenEncoder.load
     (fp32, safetensors only, none of the folder's code) when `model` is a name."""
     check_one_layer(layer)  # before a model is loaded
     started = time.perf_counter()

@@ -71,10 +71,11 @@ def sts_dataset(task: Task, root):
 def classification_dataset(task: Task, root):
     from datasets import Dataset, DatasetDict
 
-    splits = [task.mteb.train_split or "train"] + task.mteb.splits_to_read
-    return _in_subset(task, DatasetDict(
-        {split: Dataset.from_dict({"text": (s := task.load_split(split, root)).texts, "label": s.labels.tolist()}) for split in splits}
-    ))  # fmt: skip
+    out = {}
+    for split in [task.mteb.train_split or "train"] + task.mteb.splits_to_read:
+        s = task.load_split(split, root)
+        out[split] = Dataset.from_dict({"text": s.texts, "label": s.labels.tolist()})
+    return _in_subset(task, DatasetDict(out))
 
 
 @dataset_adapter("PairClassification")

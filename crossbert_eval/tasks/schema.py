@@ -234,20 +234,20 @@ def read_task_spec(path: Path) -> TaskSpec:
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
 
 
-def _typed(cls: type, raw, path: Path, where: str):
+def _typed(cls: type, raw: dict, path: Path, where: str):
     """`raw` as `cls` through the typed loader, its mistakes worded as task files word them."""
-    if not isinstance(raw, dict):
-        raise TaskError(f"{path}: {where} must be a mapping of keys, got {type(raw).__name__} {raw!r}")
     try:
         return from_dict(cls, raw, where)
     except UnknownKeys as e:
         if not e.where:
-            raise TaskError(f"{path}: unknown field(s) {', '.join(sorted(e.keys))}; valid: {', '.join(sorted(e.valid))}") from None
+            valid = ", ".join(sorted(e.valid))
+            raise TaskError(f"{path}: unknown field(s) {', '.join(sorted(e.keys))}; valid: {valid}") from None
         raise TaskError(f"{path}: unknown key {e.where}.{e.keys[0]}; valid keys under {e.where}: {', '.join(e.valid)}") from None
     except MissingKeys as e:
         if not e.where:
             raise TaskError(f"{path}: missing field(s) {', '.join(e.keys)}") from None
-        raise TaskError(f"{path}: missing key {e.where}.{e.keys[0]} (required under {e.where}: {', '.join(e.required)})") from None
+        required_ = ", ".join(e.required)
+        raise TaskError(f"{path}: missing key {e.where}.{e.keys[0]} (required under {e.where}: {required_})") from None
     except WrongType as e:
         if e.expected in _TYPE_WORDS:
             raise TaskError(f"{path}: {e.where} must be {_TYPE_WORDS[e.expected]}, got {e.value!r}") from None

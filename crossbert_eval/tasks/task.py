@@ -251,7 +251,9 @@ class Task(TaskSpec):
             texts_pair=[source.texts_pair[i] for i in idx] if source.texts_pair is not None else None,
         )
 
-    def _read_rows(self, path: Path, fmt: str | None = None, fields: list | None = None, optional: list | None = None) -> list[Row]:
+    def _read_rows(
+        self, path: Path, fmt: str | None = None, fields: list | None = None, optional: list | None = None
+    ) -> list[Row]:
         """Rows of one file by the reader registered for its format; `fmt`, `fields` and `optional` override
         the task's data.format / data.fields / data.optional_fields for this file."""
         data = self.data
