@@ -28,11 +28,12 @@ def main() -> None:
     from crossbert_eval.encoders import FrozenEncoder
     from crossbert_eval.tasks import get_task
     from crossbert_model.data import minilm_path
+    from crossbert_model.defaults import MAX_LENGTH
 
     texts = get_task("SST-2").load_split("train").texts[: args.n]
-    ours = FrozenEncoder.load("minilm", batch_size=args.batch_size, max_length=128)
+    ours = FrozenEncoder.load("minilm", batch_size=args.batch_size, max_length=MAX_LENGTH)
     st = SentenceTransformer(str(minilm_path()), device="cpu")
-    st.max_seq_length = 128  # the same truncation as ours
+    st.max_seq_length = MAX_LENGTH  # the same truncation as ours
     out = {}
 
     def ours_last():

@@ -4,7 +4,7 @@
 
 Profiling a sweep (cProfile) showed 60% of a Banking77Classification evaluation inside sklearn
 converting mteb's lazy `datasets` Column of test labels row by row, once per metric. Our local tasks
-materialise that column once (`crossbert_eval.mteb_runner._column_array`). This runs mteb's own
+materialise that column once (`crossbert_eval.mteb_tasks.column_array`). This runs mteb's own
 evaluation of the same task and the same cached embeddings both ways, interleaved, and checks that the
 scores are identical.
 """
@@ -29,7 +29,8 @@ def main() -> None:
     import mteb
 
     from crossbert_eval.encoders import FeatureCache, FrozenEncoder
-    from crossbert_eval.mteb_runner import local_mteb_task, make_mteb_encoder
+    from crossbert_eval.mteb_encoder import make_mteb_encoder
+    from crossbert_eval.mteb_tasks import local_mteb_task
     from crossbert_eval.tasks import get_task
 
     encoder = FrozenEncoder.load(args.model)

@@ -23,7 +23,7 @@ import sys
 
 from crossbert_model.errors import USER_ERROR_EXIT, debug_requested, exit_on_user_error
 
-POOLINGS = ("mean", "cls", "max")  # crossbert_eval.encoders.POOLINGS, without importing torch for --help
+from crossbert_model.defaults import DTYPES, FEATURES_DIR, MAX_LENGTH, MTEB_DIR, POOLINGS, RESULTS_DIR
 # Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
 # ModuleNotFoundError for each): quiet by default, back with --debug.
 NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "urllib3", "datasets", "mteb")
@@ -228,12 +228,12 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
     if model_max_length:
         p.add_argument("--max-length", type=_positive_int, default=None,
                        help="tokens per text, at most the model's positions (default: the model's own sentence-transformers "
-                            "max_seq_length, as MTEB runs it; else 128; fewer where the model has fewer positions)")
+                            f"max_seq_length, as MTEB runs it; else {MAX_LENGTH}; fewer where the model has fewer positions)")
     else:
         p.add_argument("--max-length", type=_positive_int, default=None,
-                       help="tokens per text, at most the model's positions (default: 128, fewer where the model has fewer positions)")
+                       help=f"tokens per text, at most the model's positions (default: {MAX_LENGTH}, fewer where the model has fewer positions)")
     p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"],
+    p.add_argument("--dtype", default="fp32", choices=DTYPES,
                    help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
     p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
     p.add_argument("--trust-remote-code", action="store_true",
@@ -243,8 +243,8 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
     """Where probe and geometry read data and write rows and features."""
-    p.add_argument("--results", default="runs/results", help="results store folder (results.jsonl)")
-    p.add_argument("--cache", default="runs/features", help="feature cache folder (shared by probe, geometry and mteb)")
+    p.add_argument("--results", default=RESULTS_DIR, help="results store folder (results.jsonl)")
+    p.add_argument("--cache", default=FEATURES_DIR, help="feature cache folder (shared by probe, geometry and mteb)")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
 
@@ -302,9 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "its tasks that have local data")
     p.add_argument("--layer", default="last", help="last | N (0 = embedding output)")
     p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
-    p.add_argument("--out", default="runs/mteb", help="run folder: mteb's result JSONs and caches")
+    p.add_argument("--out", default=MTEB_DIR, help="run folder: mteb's result JSONs and caches")
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
-    p.add_argument("--cache", default="runs/features", help="feature cache shared with `crossbert probe`")
+    p.add_argument("--cache", default=FEATURES_DIR, help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
     _add_encoder_options(p, model_max_length=True)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 import crossbert_model  # noqa: F401  (registers the crossbert model type with AutoModel)
 from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
+from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.remote_code import code_allowed, from_pretrained
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
@@ -34,11 +35,6 @@ from crossbert_model.errors import CrossbertError
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("mean", "cls", "max")
-DTYPES = ("fp32", "bf16", "auto")
-# Tokens per text when neither the caller nor the model (sentence-transformers' max_seq_length) says:
-# the sequence length our own models are pre-trained at, and the probes' default.
-DEFAULT_MAX_LENGTH = 128
 # tokenizer.model_max_length of a tokenizer that declares none (transformers' VERY_LARGE_INTEGER)
 UNDECLARED_LENGTH = 10**12
 LAYERS_EXPECTED = "all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer)"
@@ -342,7 +338,8 @@ def fitted_max_length(source: ModelSource, tokenizer, asked: int | None, own: bo
             raise EncoderError(f"--max-length {asked}: {source.name} has positions for at most {limit} tokens "
                                f"(max_position_embeddings / the tokenizer's model_max_length); give at most {limit}")  # fmt: skip
         return asked
-    default = (source.max_seq_length if own else None) or DEFAULT_MAX_LENGTH
+    # neither the caller nor the model (sentence-transformers' max_seq_length) says: the probes' default
+    default = (source.max_seq_length if own else None) or MAX_LENGTH
     if limit is not None and default > limit:
         log.info("%s: %d tokens per text, its positions (the default is %d)", source.name, limit, default)
         return limit
@@ -382,7 +379,7 @@ class FrozenEncoder:
     ):  # fmt: skip
         """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
         bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors.
-        `max_length`: tokens per text, at most the model's positions; None: DEFAULT_MAX_LENGTH (with
+        `max_length`: tokens per text, at most the model's positions; None: crossbert_model.defaults.MAX_LENGTH (with
         `own_length`, the model's own sentence-transformers max_seq_length, as MTEB runs it), or the model's
         positions where fewer (fitted_max_length). `trust_remote_code`: let a folder's own code load it
         (crossbert_model.remote_code; never for our own checkpoints)."""

@@ -22,7 +22,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from . import geometry as G
-from .encoders import POOLINGS, FeatureCache, FrozenEncoder, texts_digest
+from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
+
+from .encoders import FeatureCache, FrozenEncoder, texts_digest
 from .probe_runner import ProbeError, check_layers_option, choices_error, row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
@@ -39,8 +41,8 @@ class GeometrySettings:
     tasks: list[str]
     layers: str = "all"  # all | last | N | N,M,...
     poolings: list[str] | None = None  # None: the model's own pooling (encoder.default_pooling)
-    results_dir: str = "runs/results"
-    cache_dir: str = "runs/features"
+    results_dir: str = RESULTS_DIR
+    cache_dir: str = FEATURES_DIR
     force: bool = False
     data_root: str | None = None
 

@@ -27,7 +27,9 @@ from .metrics import score
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash
 
-from .encoders import POOLINGS, EncoderError, FeatureCache, FrozenEncoder, parse_layers, texts_digest
+from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
+
+from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers, texts_digest
 from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
@@ -51,8 +53,8 @@ class ProbeSettings:
     k: int = P.KNN_K
     temperature: float = P.KNN_TEMPERATURE
     seed: int = P.PROBE_SEED
-    results_dir: str = "runs/results"
-    cache_dir: str = "runs/features"
+    results_dir: str = RESULTS_DIR
+    cache_dir: str = FEATURES_DIR
     force: bool = False
     data_root: str | None = None
     max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)

@@ -249,7 +249,7 @@ def _check_probe_settings(cfg: SweepConfig) -> None:
 
 def check_tasks(cfg: SweepConfig) -> None:
     """Every probe, geometry and mteb task of the sweep exists, before any run trains."""
-    from crossbert_eval.mteb_runner import resolve_mteb_tasks
+    from crossbert_eval.mteb_benchmark import resolve_mteb_tasks
     from crossbert_eval.tasks import resolve_tasks
 
     for key in ("probe_tasks", "geometry_tasks"):

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from crossbert_model.args import ConfigError, config_main, dump_yaml
 from crossbert_model.checkpoint import read_trainer_state
+from crossbert_model.defaults import DTYPES, POOLINGS
 from crossbert_model.errors import CrossbertError
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import atomic_write_text, data_root, set_offline_env
@@ -49,8 +50,6 @@ from .report.loading import CHECKPOINTS_FILE
 from .report.zoo_report import ZOO_FILE, build_zoo_report
 
 log = logging.getLogger("crossbert.zoo")
-
-POOLINGS = ("mean", "cls", "max")  # crossbert_eval.encoders.POOLINGS, without importing torch
 
 
 class ZooError(CrossbertError, ValueError):
@@ -197,7 +196,7 @@ def check_zoo_config(cfg: ZooConfig) -> None:
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is also the name of models[{names[name]}]; display names must be unique")
         names[name] = i
-    if cfg.dtype not in ("fp32", "bf16", "auto"):
+    if cfg.dtype not in DTYPES:
         raise ConfigError(f"zoo field 'dtype': expected fp32, bf16 or auto, got {cfg.dtype!r}")
     for key, optional in (("batch_size", False), ("max_length", True)):
         value = getattr(cfg, key)
@@ -243,7 +242,7 @@ def preflight(cfg: ZooConfig) -> None:
         except CrossbertError as e:
             raise ZooError(f"{where}: {e}") from None
     if cfg.mteb_tasks:
-        from crossbert_eval.mteb_runner import resolve_mteb_tasks
+        from crossbert_eval.mteb_benchmark import resolve_mteb_tasks
 
         resolve_mteb_tasks(cfg.mteb_tasks, None, cfg.data_root)
 

@@ -67,9 +67,60 @@ def boolean(name: str, value) -> None:
     require(isinstance(value, bool), name, "true or false", value)
 
 
+# The typed loader's mistakes carry what went wrong, so that a caller with its own wording (task files,
+# crossbert_eval/tasks/schema.py) words the same facts its way; str() is the config files' wording.
+
+
+class UnknownKeys(ConfigError):
+    def __init__(self, where: str, keys: list[str], valid: list[str]):
+        self.where, self.keys, self.valid = where, keys, valid
+        prefix = f"{where}." if where else ""
+        super().__init__(
+            f"unknown config key(s) {', '.join(prefix + k for k in sorted(keys))}; "
+            f"valid keys{' under ' + where if where else ''}: {', '.join(sorted(valid))}"
+        )
+
+
+class MissingKeys(ConfigError):
+    def __init__(self, where: str, keys: list[str], required: list[str], cls: type):
+        self.where, self.keys, self.required = where, keys, required
+        super().__init__(f"{where or cls.__name__}: missing required key(s) {', '.join(keys)}")
+
+
+class WrongType(ConfigError):
+    """`expected`: list, dict, a dataclass, or a scalar type."""
+
+    def __init__(self, where: str, expected: type, value: Any):
+        self.where, self.expected, self.value = where, expected, value
+        if dataclasses.is_dataclass(expected):
+            words = f"a mapping of {expected.__name__} fields"
+        else:
+            words = {list: "a list", dict: "a mapping"}.get(expected, getattr(expected, "__name__", str(expected)))
+        super().__init__(f"{where}: expected {words}, got {value!r}")
+
+
+def required(default: Any = None) -> Any:
+    """A dataclass field the loader requires (absent or null is MissingKeys) though it has a default, so it
+    can stand anywhere in field order: `path: str = required()`."""
+    return dataclasses.field(default=default, metadata={"required": True})
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _missing(cls: type, data: dict) -> tuple[list[str], list[str]]:
+    """(the required keys `data` lacks, every required key): a field without a default must be given; a
+    `required()` one must be given and not null."""
+    required_, missing = [], []
+    for f in dataclasses.fields(cls):
+        needed = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.init and (needed or f.metadata.get("required")):
+            required_.append(f.name)
+            if f.name not in data or (f.metadata.get("required") and data[f.name] is None):
+                missing.append(f.name)
+    return missing, required_
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -86,23 +137,23 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             try:
                 return _coerce(value, arg, where)
             except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+                errors.append(e)
+        raise errors[0] if errors else ConfigError(f"{where}: invalid value {value!r}")
     if tp is Any:
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise WrongType(where, list, value)
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise WrongType(where, dict, value)
         return dict(value)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+            raise WrongType(where, tp, value)
         return from_dict(tp, value, where)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -112,19 +163,21 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         except ValueError:
             pass
     if tp in (int, float, str, bool) and not (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
-        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+        raise WrongType(where, tp, value)
     return value
 
 
 def from_dict(cls: type[T], data: dict, where: str = "") -> T:
+    """The one typed loader: a YAML mapping -> `cls` (nested dataclasses), each value checked against its
+    annotation. Keys in the mapping's order; an unknown key, a missing required one (no default, or
+    `required()`), a value of the wrong type: UnknownKeys, MissingKeys, WrongType."""
     types_ = _field_types(cls)
-    unknown = set(data) - set(types_)
+    unknown = [k for k in data if k not in types_]
     if unknown:
-        prefix = f"{where}." if where else ""
-        raise ConfigError(
-            f"unknown config key(s) {', '.join(prefix + k for k in sorted(unknown))}; "
-            f"valid keys{' under ' + where if where else ''}: {', '.join(sorted(types_))}"
-        )
+        raise UnknownKeys(where, unknown, list(types_))
+    missing, required_ = _missing(cls, data)
+    if missing:
+        raise MissingKeys(where, missing, required_, cls)
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(value, types_[name], f"{where}.{name}" if where else name)

@@ -21,7 +21,7 @@ import torch
 
 from .args import ConfigError
 
-DTYPES = ("auto", "fp32", "bf16")
+from .defaults import DTYPES  # the one home of the dtype choices
 # bf16 must be clearly faster to be worth its rounding: a ratio near 1 is timing noise.
 BF16_MIN_SPEEDUP = 1.2
 

@@ -30,10 +30,18 @@ OFFLINE_ENV = {
 }
 
 
+ONLINE_ENV = "CROSSBERT_ONLINE"
+
+
+def online() -> bool:
+    """Whether the user opted into the network (CROSSBERT_ONLINE=1); every command is offline otherwise."""
+    return os.environ.get(ONLINE_ENV) == "1"
+
+
 def set_offline_env(force: bool = False) -> None:
     """Stay offline by default (a hub id then fails in milliseconds, not after 20-70 s of retries).
     Users who are online opt out with CROSSBERT_ONLINE=1."""
-    if os.environ.get("CROSSBERT_ONLINE") == "1" and not force:
+    if online() and not force:
         return
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)

@@ -227,7 +227,7 @@ def test_frozen_features_are_fp32_unless_bf16_is_asked_for(minilm):
     assert minilm.amp is None and minilm.identity["features_dtype"] == "float32"
     default = FrozenEncoder.load("minilm")  # no dtype given: fp32, never a measured 'auto'
     assert default.amp is None
-    with pytest.raises(EncoderError, match="dtype 'fp16': expected one of fp32, bf16, auto \\(fp32 is the default"):
+    with pytest.raises(EncoderError, match="dtype 'fp16': expected one of auto, fp32, bf16 \\(fp32 is the default"):
         FrozenEncoder.load("minilm", dtype="fp16")
 
 

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from crossbert_eval.mteb_runner import MtebError, local_mteb_task, make_mteb_encoder, run_mteb
+from crossbert_eval.mteb_encoder import make_mteb_encoder
+from crossbert_eval.mteb_runner import run_mteb
+from crossbert_eval.mteb_tasks import MtebError, local_mteb_task
 from crossbert_eval.report.text_tables import published_score
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.tasks import TaskDataMissing, get_task
@@ -136,7 +138,7 @@ def test_minilm_reproduces_its_published_scores_on_every_exact_local_task(tmp_pa
     rows, _ = run_mteb("minilm", tasks=EXACT_TASKS, benchmark=None, out_dir=tmp_path, feature_cache=None)
     model = "sentence-transformers/all-MiniLM-L6-v2"
     for task in EXACT_TASKS:
-        for split in get_task(task).mteb["eval_splits"]:
+        for split in get_task(task).mteb.eval_splits:
             (ours,) = [r["value"] for r in rows if r["task"] == task and r["is_main"] and r["split"] == split]
             assert 100 * ours == pytest.approx(100 * published_score(task, model, split), abs=0.1), (task, split)
 
@@ -228,7 +230,7 @@ def test_marked_variants_run_under_mteb_classes_with_their_own_name_in_every_row
 
 
 def test_benchmark_plan_runs_what_task_files_stand_for_and_says_where_the_rest_was_looked_for(tmp_path, monkeypatch, real_data_root):
-    from crossbert_eval.mteb_runner import plan_benchmark
+    from crossbert_eval.mteb_benchmark import plan_benchmark
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -264,3 +266,28 @@ def test_mteb_max_length_is_the_models_own_and_keys_the_feature_cache():
     assert own.max_length == 256 and short.max_length == 128  # sentence_bert_config.json / the probes' default
     cache = FeatureCache("unused")
     assert cache.path(cache.key(own, "t", 6, "mean")) != cache.path(cache.key(short, "t", 6, "mean"))
+
+
+def test_every_mteb_type_of_the_schema_has_a_dataset_adapter():
+    from crossbert_eval.mteb_tasks import DATASET_ADAPTERS
+    from crossbert_eval.tasks.schema import MTEB_TYPES
+
+    assert sorted(DATASET_ADAPTERS) == sorted(MTEB_TYPES)
+
+
+def test_a_local_task_loads_through_the_adapter_of_its_type(monkeypatch, real_data_root):
+    """load_data asks the adapter registered for the file's mteb.type, with the task and the data root."""
+    from datasets import Dataset, DatasetDict
+
+    from crossbert_eval import mteb_tasks
+
+    seen = []
+
+    def tiny_sts(task, root):
+        seen.append((task.name, root))
+        return DatasetDict({"test": Dataset.from_dict({"sentence1": ["a"], "sentence2": ["b"], "score": [1.0]})})
+
+    monkeypatch.setitem(mteb_tasks.DATASET_ADAPTERS, "STS", tiny_sts)
+    task = local_mteb_task(get_task("STS13"), real_data_root)
+    task.load_data()
+    assert seen == [("STS13", real_data_root)] and len(task.dataset["test"]) == 1 and type(task).__name__.startswith("Local")

@@ -184,16 +184,86 @@ def test_nested_section_mistakes_name_file_and_key(tmp_path, old, new, message):
         _task_file(tmp_path, TOY.replace(old, new), {})
 
 
-def test_sections_keep_dict_style_reads(tmp_path):
-    """mteb_runner.py and older callers read sections as dicts: `.get`, `[...]` and `in` still work."""
-    body = TOY.replace("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_splits: [test]}")
+def test_sections_are_typed_dataclasses_read_by_the_one_typed_loader(tmp_path):
+    """Sections are attributes with their defaults; values are checked against the field types by
+    crossbert_model.args.from_dict, worded the task files' way."""
+    body = TOY.replace("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_splits: [test], min_score: 0}")
     task, _ = _task_file(tmp_path, body, {})
-    assert task.mteb["type"] == "Classification" and task.mteb.get("eval_splits", ["x"]) == ["test"]
-    assert task.mteb.get("seed", 0) == 0 and "subset" not in task.mteb and "type" in task.mteb
-    assert task.data.get("delimiter", ",") == "," and task.data.get("header") is True and task.data.header is True
-    assert "group" not in task.columns and task.columns["text"] == "sentence"
-    with pytest.raises(KeyError):
-        task.mteb["subset"]
+    assert task.mteb.type == "Classification" and task.mteb.eval_splits == ["test"] and task.mteb.seed is None
+    assert task.mteb.min_score == 0.0 and isinstance(task.mteb.min_score, float)
+    assert task.data.delimiter is None and task.data.header is True and task.columns.group is None
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("metrics: [accuracy]", "metrics: accuracy", r"Toy.yaml: metrics must be a list, got 'accuracy'$"),
+        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, fields: [a, [b]]}",
+         r"Toy.yaml: data.fields\[1\] must be a string, got \['b'\]$"),
+        ("labels: [0, 1]", "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, seed: x}",
+         r"Toy.yaml: holdout.seed must be an integer, got 'x'$"),
+        ("name: Toy", "", r"Toy.yaml: missing field\(s\) name$"),
+        ("columns: {text: sentence, label: label}", "columns: {text: sentence}",
+         r"Toy.yaml: missing key columns.label \(required under columns: text, label\)$"),
+    ],
+)  # fmt: skip
+def test_values_of_the_wrong_type_name_file_and_key(tmp_path, old, new, message):
+    assert old in TOY
+    with pytest.raises(TaskError, match=message):
+        _task_file(tmp_path, TOY.replace(old, new), {})
+
+
+# ------------------------------------------------------------------------------------------------
+# Data formats: readers registered by name
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pipe_format():
+    """A throwaway format, `pipe`: 'text|label' per line, registered by name and removed afterwards."""
+    from crossbert_eval.tasks import formats
+
+    def read_pipe(text, path, options):
+        rows = []
+        for lineno, line in enumerate(formats.text_lines(text), 1):
+            if line.strip():
+                text_, _, label = line.rpartition("|")
+                if not text_:
+                    raise TaskError(f"{path}:{lineno}: expected 'text|label', got {line!r}")
+                rows.append((lineno, dict(zip(options.fields or ["text", "label"], [text_, label]))))
+        return rows
+
+    formats.register_format("pipe", read_pipe)
+    yield "pipe"
+    formats.READERS.pop("pipe")
+
+
+def test_a_task_in_a_new_format_needs_a_registered_reader_and_a_task_file(tmp_path, pipe_format):
+    """Adding a format touches no module of the package: register a reader, name it in data.format."""
+    from crossbert_eval.tasks import format_names
+
+    assert format_names()[-2:] == ("pipe", "beir")
+    body = TOY.replace("format: tsv, header: true", "format: pipe, fields: [sentence, label]")
+    body = body.replace("train: train.tsv, validation: dev.tsv", "train: train.txt, validation: dev.txt")
+    task, root = _task_file(tmp_path, body, {"train.txt": "a | b|1\nc|0\n", "dev.txt": "e|1\n"})
+    split = task.load_split("train", root)
+    assert split.texts == ["a | b", "c"] and split.labels.tolist() == [1, 0]
+    assert task.load_split("validation", root).texts == ["e"]
+    task, root = _task_file(tmp_path / "again", body, {"train.txt": "a|1\n", "dev.txt": "nolabel\n"})
+    with pytest.raises(TaskError, match=r"dev.txt:1: expected 'text\|label', got 'nolabel'"):
+        task.load_split("validation", root)
+
+
+def test_an_unregistered_format_lists_the_registered_ones(tmp_path, pipe_format):
+    with pytest.raises(TaskError, match=r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, pipe, beir, got 'pip'"):
+        _task_file(tmp_path, TOY.replace("format: tsv", "format: pip"), {})
+
+
+def test_a_format_name_is_registered_once():
+    from crossbert_eval.tasks import register_format
+
+    with pytest.raises(ValueError, match="data format 'tsv' is already registered"):
+        register_format("tsv", lambda text, path, options: [])
 
 
 def test_the_data_root_is_passed_not_remembered(tmp_path):
@@ -281,7 +351,7 @@ def test_a_duplicate_name_makes_that_name_broken_not_the_others(tasks_with_broke
 def test_sts12_is_complete_with_msrvid_from_stsbenchmark(real_data_root):
     """MTEB's STS12 is 3,108 pairs; MSRvid's 750 are the stsbenchmark rows with file MSRvid, year 2012test."""
     task = get_task("STS12")
-    assert len(task.load_split("test", real_data_root)) == 3108 and not task.mteb.get("partial")
+    assert len(task.load_split("test", real_data_root)) == 3108 and not task.mteb.partial
     msrvid = [row for entry in task.splits["test"] if not isinstance(entry, str) for _, row in task._entry_rows(entry, real_data_root)]
     assert len(msrvid) == 750 and {(r["file"], r["year"]) for r in msrvid} == {("MSRvid", "2012test")}
 
@@ -293,7 +363,7 @@ def test_new_sets_match_the_manifest_beyond_counts(real_data_root):
     twitter = get_task("TwitterURLCorpus-lowercasedtrain")
     train, test = (twitter.load_split(s, real_data_root) for s in ("train", "test"))
     assert len(train) + len(test) == 51534  # MTEB's TwitterURLCorpus test: original train + test
-    assert twitter.mteb["variant_of"] == "TwitterURLCorpus" and twitter.name != "TwitterURLCorpus"
+    assert twitter.mteb.variant_of == "TwitterURLCorpus" and twitter.name != "TwitterURLCorpus"
     assert all(t == t.lower() for t in train.texts[:500]) and any(t != t.lower() for t in test.texts[:500])
     scifact = get_task("SciFact").load_beir("test", real_data_root)
     assert (len(scifact.corpus), len(scifact.queries), sum(map(len, scifact.qrels.values()))) == (5183, 300, 339)

@@ -11,7 +11,7 @@ from ..results import probe_variant
 from ..tasks import all_tasks
 
 if TYPE_CHECKING:  # the plan's type only: mteb_runner imports mteb, which a table does not need
-    from ..mteb_runner import BenchmarkPlan
+    from ..mteb_benchmark import BenchmarkPlan
 
 
 def probe_text_table(df: pd.DataFrame) -> str:
@@ -93,7 +93,7 @@ def mteb_text_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s:
     flagged = headline[headline["data"] != "mteb"]
     for r in flagged.itertuples():
         task = all_tasks().get(r.task)
-        lines.append(f"{DATA_FLAGS[r.data]:7} {r.task}: {(task.mteb or {}).get('data_differs') if task else ''}")
+        lines.append(f"{DATA_FLAGS[r.data]:7} {r.task}: {task.mteb.data_differs if task and task.mteb else ''}")
     if wall_s is not None:
         encode = df.drop_duplicates("task")["encode_s"].dropna().sum() if "encode_s" in df else 0.0
         lines.append(f"wall time {wall_s:.0f} s (encoding {encode:.0f} s)")

@@ -1,0 +1,19 @@
+"""Names and defaults that several commands share, each with this one home (this module imports nothing).
+
+Where the network is concerned (CROSSBERT_ONLINE, the offline variables) see crossbert_model.utils
+(`online()`, OFFLINE_ENV); the splits a local mteb task reads: crossbert_eval.tasks.MtebSpec.splits_to_read.
+"""
+
+# How a layer's token states become one vector per text (crossbert_eval.encoders.pool).
+POOLINGS = ("mean", "cls", "max")
+
+# Compute dtypes a command accepts: `auto` is resolved by crossbert_model.hardware.resolve_dtype.
+DTYPES = ("auto", "fp32", "bf16")
+
+# Tokens per text of frozen features when neither the user nor the model says otherwise.
+MAX_LENGTH = 128
+
+# Default folders of the evaluation commands: the results store, the feature cache, mteb's run folder.
+RESULTS_DIR = "runs/results"
+FEATURES_DIR = "runs/features"
+MTEB_DIR = "runs/mteb"
