@@ -45,7 +45,9 @@ def by_size(summary: pd.DataFrame) -> pd.DataFrame:
     grouped = final.groupby(["objective", "size", "params_non_embedding", "train_flops"], dropna=False)[metrics]
     out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
            .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
-    return out.reset_index().sort_values(["objective", "params_non_embedding"])
+    # copy() first: the joins leave the wide frame in one block per column, and reset_index's insert (and
+    # every later assign) would then warn (pandas' PerformanceWarning)
+    return out.copy().reset_index().sort_values(["objective", "params_non_embedding"])
 
 
 def _number(value) -> float:

@@ -1,0 +1,49 @@
+"""One report folder from two sweep folders of the same settings (issue 20's second target).
+
+The flat MLM and light-default CrossBERT runs were made by configs/sweep/cpu_offplateau.yaml, the CrossBERT runs
+with the one-layer 64-wide predictor by configs/sweep/cpu_offplateau_predictor.yaml (same corpus, tokenizer,
+budget, schedule, probes). This copies both folders' stored rows (scores, their predictions, checkpoints,
+timings) into one folder whose sweep.yaml lists every objective, flat MLM first (the comparisons' reference),
+and rebuilds its report there:
+
+    python results/cpu_offplateau/assemble.py runs/sweeps/cpu_offplateau runs/sweeps/cpu_offplateau_predictor OUT
+    crossbert report OUT        # then `make reference`'s copy, from OUT
+
+A unit (task, probe, layer, ... of one model) found in both folders is refused: the folders must not overlap.
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from crossbert_model.args import dump_yaml, read_yaml
+from crossbert_model.utils import atomic_write_json, atomic_write_text, read_jsonl
+
+ROW_FILES = ("checkpoints.jsonl", "timings.jsonl", "results/results.jsonl")
+
+
+def assemble(first: Path, second: Path, out: Path) -> None:
+    if out.exists():
+        sys.exit(f"assemble: {out} exists; expected a new folder")
+    first_units, second_units = ({row["unit"] for row in read_jsonl(folder / "results" / "results.jsonl")} for folder in (first, second))
+    if first_units & second_units:
+        sys.exit(f"assemble: {first} and {second} share {len(first_units & second_units)} result units; expected disjoint sweeps")
+    (out / "results" / "predictions").mkdir(parents=True)
+    for name in ROW_FILES:
+        rows = [row for folder in (first, second) for row in read_jsonl(folder / name)]
+        atomic_write_text(out / name, "".join(json.dumps(row) + "\n" for row in rows))
+    for folder in (first, second):
+        for prediction in (folder / "results" / "predictions").iterdir():
+            shutil.copy2(prediction, out / "results" / "predictions" / prediction.name)
+    sweep = read_yaml(first / "sweep.yaml")
+    sweep["objectives"] = sweep["objectives"] + read_yaml(second / "sweep.yaml")["objectives"]
+    atomic_write_text(out / "sweep.yaml", dump_yaml(sweep))
+    plans = [json.loads((folder / "plan.json").read_text()) for folder in (first, second)]
+    atomic_write_json(out / "plan.json", {**plans[0], "runs": plans[0]["runs"] + plans[1]["runs"], "assembled_from": [str(first), str(second)]})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    assemble(*map(Path, sys.argv[1:]))
