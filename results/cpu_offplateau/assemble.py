@@ -6,9 +6,11 @@ budget, schedule, probes). This copies both folders' stored rows (scores, their 
 timings) into one folder whose sweep.yaml lists every objective, flat MLM first (the comparisons' reference),
 and rebuilds its report there:
 
-    python results/cpu_offplateau/assemble.py runs/sweeps/cpu_offplateau runs/sweeps/cpu_offplateau_predictor OUT
+    python results/cpu_offplateau/assemble.py runs/sweeps/cpu_offplateau runs/sweeps/cpu_offplateau_predictor OUT [RUN ...]
     crossbert report OUT        # then `make reference`'s copy, from OUT
 
+RUN names a run to leave out (its checkpoints and scores), for a report on a subset of the runs: e.g. only
+those off the unigram plateau, a selection on the outcome that the folder's README must state.
 A unit (task, probe, layer, ... of one model) found in both folders is refused: the folders must not overlap.
 """
 
@@ -23,7 +25,12 @@ from crossbert_model.utils import atomic_write_json, atomic_write_text, read_jso
 ROW_FILES = ("checkpoints.jsonl", "timings.jsonl", "results/results.jsonl")
 
 
-def assemble(first: Path, second: Path, out: Path) -> None:
+def kept(row: dict, left_out: set[str]) -> bool:
+    """A row of no left-out run: checkpoint and timing rows name their run, score rows their model (run@step)."""
+    return row.get("run", row.get("model", "")).split("@")[0] not in left_out
+
+
+def assemble(first: Path, second: Path, out: Path, left_out: set[str] = frozenset()) -> None:
     if out.exists():
         sys.exit(f"assemble: {out} exists; expected a new folder")
     first_units, second_units = ({row["unit"] for row in read_jsonl(folder / "results" / "results.jsonl")} for folder in (first, second))
@@ -31,11 +38,13 @@ def assemble(first: Path, second: Path, out: Path) -> None:
         sys.exit(f"assemble: {first} and {second} share {len(first_units & second_units)} result units; expected disjoint sweeps")
     (out / "results" / "predictions").mkdir(parents=True)
     for name in ROW_FILES:
-        rows = [row for folder in (first, second) for row in read_jsonl(folder / name)]
+        rows = [row for folder in (first, second) for row in read_jsonl(folder / name) if kept(row, left_out)]
         atomic_write_text(out / name, "".join(json.dumps(row) + "\n" for row in rows))
+    units = {row["unit"] for row in read_jsonl(out / "results" / "results.jsonl")}
     for folder in (first, second):
         for prediction in (folder / "results" / "predictions").iterdir():
-            shutil.copy2(prediction, out / "results" / "predictions" / prediction.name)
+            if prediction.stem in units:  # a prediction file is named by its unit
+                shutil.copy2(prediction, out / "results" / "predictions" / prediction.name)
     sweep = read_yaml(first / "sweep.yaml")
     sweep["objectives"] = sweep["objectives"] + read_yaml(second / "sweep.yaml")["objectives"]
     atomic_write_text(out / "sweep.yaml", dump_yaml(sweep))
@@ -44,6 +53,6 @@ def assemble(first: Path, second: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) < 4:
         sys.exit(__doc__)
-    assemble(*map(Path, sys.argv[1:]))
+    assemble(*map(Path, sys.argv[1:4]), set(sys.argv[4:]))
