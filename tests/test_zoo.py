@@ -9,15 +9,14 @@ import pytest
 
 from crossbert_eval.cli import main
 from crossbert_eval.encoders import FrozenEncoder
-from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo, seed_hub_cache
+from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo
 from crossbert_model.args import dump_yaml, load_config
-from crossbert_model.data import minilm_path
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.utils import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-REV = "8b3219a92973c328a8e22fadcfa821b5dc75636a"  # any 40-hex commit id: the cache is keyed by it
+REV = "8b3219a92973c328a8e22fadcfa821b5dc75636a"  # the shared hub cache's (conftest.minilm_hub_cache)
 
 # all-MiniLM-L6-v2 as AutoModel loads it (BertModel): the 22.7M of its model card, counted tensor by tensor.
 MINILM_TOTAL = 22_713_216
@@ -29,14 +28,12 @@ MINILM_POOLER = 384 * 384 + 384
 
 
 @pytest.fixture(scope="module")
-def hub_cache(tmp_path_factory):
-    """A Hugging Face cache holding a copy of the packaged MiniLM as sentence-transformers/all-MiniLM-L6-v2."""
-    root = tmp_path_factory.mktemp("hub-cache")
-    seed_hub_cache(root, MINILM_ID, minilm_path(), REV)
+def hub_cache(minilm_hub_cache):
+    """The shared MiniLM hub cache (conftest), the Hugging Face cache for this module's zoo runs."""
+    assert (minilm_hub_cache.repo_id, minilm_hub_cache.revision) == (MINILM_ID, REV)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("HF_HUB_CACHE", str(root))
-        yield root
+        minilm_hub_cache.use(mp)
+        yield minilm_hub_cache.root
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +62,7 @@ def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path) -> Zoo
             ZooModel(str(our_runs["crossbert"]), name="nano-crossbert-cls", family="ours: CrossBERT", pooling="cls"),
         ],
         probe_tasks=["SST-2"], probes=["linear", "knn"], max_probe_train=300, geometry_tasks=["SST-2"],
-        mteb_tasks=["STS16"], mteb_layers="last",
+        mteb_tasks=["BIOSSES"], mteb_layers="last",  # 100 pairs: the smallest local mteb task
     )  # fmt: skip
 
 
