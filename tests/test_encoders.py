@@ -2,7 +2,6 @@
 refused pickles and broken weights, fp32 by default."""
 
 import json
-import os
 import shutil
 
 import numpy as np

@@ -13,6 +13,7 @@ from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_para
 from crossbert_model.args import dump_yaml, load_config
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.utils import read_jsonl
+from tiny_configs import tiny_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -39,16 +40,11 @@ def hub_cache(minilm_hub_cache):
 @pytest.fixture(scope="module")
 def our_runs(tmp_path_factory, corpus_args, corpus):
     """Two of our models, trained here: nano flat MLM and nano CrossBERT, 8 steps each (run folders)."""
-    from crossbert_model.args import from_dict
-    from crossbert_model.train import TrainConfig, train
+    from crossbert_model.train import train
 
     out = tmp_path_factory.mktemp("zoo-runs")
-    data = {k: getattr(corpus_args, k) for k in ("corpus", "vocab_size", "seq_len", "max_documents", "val_fraction", "cache_dir")}
     for name, objective in (("nano-mlm", "mlm"), ("nano-crossbert", "crossbert")):
-        train(from_dict(TrainConfig, {
-            "name": name, "out_dir": str(out), "steps": 8, "batch_size": 8, "eval_every": 8, "eval_sequences": 16, "dtype": "fp32",
-            "num_threads": 1, "model": {"preset": "nano", "objective": objective}, "data": data, "optim": {"warmup_steps": 2},
-        }))  # fmt: skip
+        train(tiny_train_config(corpus_args, out, objective, name=name, steps=8, eval_every=8, log_every=10, num_threads=1))
     return {"mlm": out / "nano-mlm", "crossbert": out / "nano-crossbert"}
 
 
