@@ -52,10 +52,6 @@ class HubCache:
     repo_id: str
     revision: str
 
-    @property
-    def snapshot(self) -> Path:
-        return self.root / f"models--{self.repo_id.replace('/', '--')}" / "snapshots" / self.revision
-
     def use(self, monkeypatch) -> None:
         """Make this the Hugging Face cache, offline, for the rest of the test (or fixture)."""
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
