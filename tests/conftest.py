@@ -3,6 +3,8 @@
 import os
 import socket
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 _CACHE = tempfile.mkdtemp(prefix="crossbert-test-cache-")
 os.environ.update(
@@ -42,6 +44,31 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@dataclass(frozen=True)
+class HubCache:
+    root: Path  # the folder HF_HUB_CACHE names
+    repo_id: str
+    revision: str
+
+    def use(self, monkeypatch) -> None:
+        """Make this the Hugging Face cache, offline, for the rest of the test (or fixture)."""
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setenv("HF_HUB_CACHE", str(self.root))
+
+
+@pytest.fixture(scope="session")
+def minilm_hub_cache(tmp_path_factory) -> HubCache:
+    """A Hugging Face hub cache holding the packaged MiniLM as sentence-transformers/all-MiniLM-L6-v2, in the hub's
+    own layout (seed_hub_cache), built once for the run: read it, never write to it."""
+    from crossbert_eval.zoo import seed_hub_cache
+    from crossbert_model.data import minilm_path
+
+    cache = HubCache(tmp_path_factory.mktemp("minilm-hub-cache"), "sentence-transformers/all-MiniLM-L6-v2",
+                     "8b3219a92973c328a8e22fadcfa821b5dc75636a")  # any 40-hex commit id: the cache is keyed by it
+    seed_hub_cache(cache.root, cache.repo_id, minilm_path(), cache.revision)
+    return cache
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,7 @@
 """Loading frozen encoders: hub ids from the Hugging Face cache, the sentence-transformers layout,
 refused pickles and broken weights, fp32 by default."""
 
-import hashlib
 import json
-import os
 import shutil
 
 import numpy as np
@@ -13,32 +11,12 @@ from crossbert_eval.encoders import EncoderError, FrozenEncoder, read_sentence_t
 from crossbert_model.checkpoint import CheckpointError
 from crossbert_model.data import minilm_path
 
-MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-REV = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"  # any 40-hex commit id: the cache is keyed by it
 TEXTS = ["A man is playing a guitar.", "The cat sat on the mat, quite still.", "Stocks fell sharply on Monday."]
 
 
 @pytest.fixture(scope="module")
 def minilm():
     return FrozenEncoder.load("minilm", dtype="fp32")
-
-
-def hub_cache(root, repo_id: str, source_folder, revision: str = REV):
-    """A Hugging Face hub cache holding `source_folder` as `repo_id` at `revision`, in the hub's own
-    layout: content-addressed blobs, snapshots/<commit>/ of relative symlinks, refs/main -> commit."""
-    repo = root / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / revision
-    for path in sorted(p for p in source_folder.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = snapshot / path.relative_to(source_folder)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(revision)  # no newline: huggingface_hub reads the file verbatim
-    return root
 
 
 def offline_cache(monkeypatch, root):
@@ -68,23 +46,25 @@ def features(encoder):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_a_hub_id_loads_offline_from_the_hugging_face_cache(minilm, tmp_path, monkeypatch, no_network):
-    offline_cache(monkeypatch, hub_cache(tmp_path / "hub", MINILM_ID, minilm_path()))
-    hub = FrozenEncoder.load(MINILM_ID, dtype="fp32")
-    assert hub.name == MINILM_ID and hub.source.hub_id == MINILM_ID
-    assert hub.source.folder == tmp_path / "hub" / f"models--{MINILM_ID.replace('/', '--')}" / "snapshots" / REV
+def test_a_hub_id_loads_offline_from_the_hugging_face_cache(minilm, minilm_hub_cache, monkeypatch, no_network):
+    minilm_hub_cache.use(monkeypatch)
+    hub_id = minilm_hub_cache.repo_id
+    hub = FrozenEncoder.load(hub_id, dtype="fp32")
+    assert hub.name == hub_id and hub.source.hub_id == hub_id
+    assert hub.source.folder == minilm_hub_cache.root / f"models--{hub_id.replace('/', '--')}" / "snapshots" / minilm_hub_cache.revision
     assert hub.fingerprint == minilm.fingerprint and hub.source.kind == "sentence-transformers"
     assert hub.default_pooling == "mean" and hub.pooling_source == "sentence-transformers:1_Pooling/config.json" and hub.normalize
     ours, theirs = features(minilm), features(hub)
     assert all(np.array_equal(ours[k], theirs[k]) for k in ours)
 
 
-def test_a_hub_id_at_a_revision_resolves_that_snapshot(tmp_path, monkeypatch, no_network):
-    offline_cache(monkeypatch, hub_cache(tmp_path / "hub", MINILM_ID, minilm_path()))
-    source = resolve_model(f"{MINILM_ID}@{REV}")
-    assert source.folder.name == REV and source.hub_id == MINILM_ID and source.name == f"{MINILM_ID}@{REV}"
-    with pytest.raises(EncoderError, match=f"model '{MINILM_ID}@v9': not a local folder, and this hub id is not in the local"):
-        resolve_model(f"{MINILM_ID}@v9")
+def test_a_hub_id_at_a_revision_resolves_that_snapshot(minilm_hub_cache, monkeypatch, no_network):
+    minilm_hub_cache.use(monkeypatch)
+    hub_id, rev = minilm_hub_cache.repo_id, minilm_hub_cache.revision
+    source = resolve_model(f"{hub_id}@{rev}")
+    assert source.folder.name == rev and source.hub_id == hub_id and source.name == f"{hub_id}@{rev}"
+    with pytest.raises(EncoderError, match=f"model '{hub_id}@v9': not a local folder, and this hub id is not in the local"):
+        resolve_model(f"{hub_id}@v9")
 
 
 def test_an_unknown_hub_id_offline_says_where_it_looked_and_how_to_go_online(tmp_path, monkeypatch, no_network):

@@ -7,7 +7,6 @@ that read a tensor back to the host.
 """
 
 import contextlib
-import dataclasses
 
 import pytest
 import torch
@@ -15,7 +14,8 @@ import torch
 import crossbert_model as cm
 from crossbert_model.masking import RowRandom, crossbert_packing, mlm_targets
 from crossbert_model.objectives import objective_names, pretraining_batch
-from crossbert_model.train import Trainer, TrainConfig, make_optimizer, prepared_ahead
+from crossbert_model.train import Trainer, make_optimizer, prepared_ahead
+from tiny_configs import tiny_train_config
 
 READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
 
@@ -121,9 +121,7 @@ def counting_reads():
 
 @pytest.mark.parametrize("objective", objective_names())
 def test_the_trainer_step_reads_nothing_back_between_logging_points(corpus_args, tmp_path, objective):
-    cfg = TrainConfig(name=objective, out_dir=str(tmp_path), steps=4, batch_size=8, grad_accum=2, dtype="fp32",
-                      data=dataclasses.replace(corpus_args), peak_flops=1e11)  # fmt: skip
-    cfg.model.preset, cfg.model.objective = "nano", objective
+    cfg = tiny_train_config(corpus_args, tmp_path, objective, steps=4, grad_accum=2)
     trainer = Trainer(cfg)
     # What an accelerator runs: no per-step read, and the fused AdamW, whose step counters live beside the
     # parameters (the CPU's default AdamW keeps them on the host and reads them there, which is free).

@@ -169,12 +169,12 @@ def test_geometry_of_a_pair_task_reads_the_cosine_probes_features(tmp_path):
 
     encoder = FrozenEncoder.load("minilm", dtype="fp32")
     dirs = {"results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "features")}
-    probe = ProbeRunner(encoder, ProbeSettings(tasks=["STS16"], probes=["cosine"], layers="last", **dirs))
-    probe.run([get_task("STS16")])
-    runner = GeometryRunner(encoder, GeometrySettings(tasks=["STS16"], layers="last", **dirs))
-    df = runner.run([get_task("STS16")])
+    probe = ProbeRunner(encoder, ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers="last", **dirs))  # 100 pairs
+    probe.run([get_task("BIOSSES")])
+    runner = GeometryRunner(encoder, GeometrySettings(tasks=["BIOSSES"], layers="last", **dirs))
+    df = runner.run([get_task("BIOSSES")])
     assert runner.cache.misses == 0 and runner.cache.hits == 2  # both sides from the probe's cache
-    assert len(df) == len(G.METRICS) and (df["n_eval"] == 2 * 1186).all()
+    assert len(df) == len(G.METRICS) and (df["n_eval"] == 2 * 100).all()
     assert df["protocol"].iloc[0]["texts"].startswith("first and second sentences")
 
 

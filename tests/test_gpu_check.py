@@ -28,7 +28,8 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def test_every_section_is_measured_and_an_injected_failure_is_one_error_row(gpu_check, tmp_path):
-    result = gpu_check.main(["--smoke", "--fail", "crossbert_r50_nocms", "--run-steps", "20", "--out", str(tmp_path)])
+    # the nano shape: the same sections and rows as the tiny one that --smoke measures, at a quarter of the work
+    result = gpu_check.main(["--smoke", "--shapes", "nano", "--fail", "crossbert_r50_nocms", "--run-steps", "20", "--out", str(tmp_path)])
     rows = read_rows(tmp_path / "gpu_check.jsonl")
     assert rows == json.loads(json.dumps(result["rows"], default=str))
     throughput = {r["contender"]: r for r in rows if r["section"] == "throughput"}
@@ -56,7 +57,7 @@ def test_every_section_is_measured_and_an_injected_failure_is_one_error_row(gpu_
 def test_a_run_killed_half_way_keeps_every_finished_row(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--out", str(out)],
+    process = subprocess.Popen([sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--shapes", "nano", "--out", str(out)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     jsonl = out / "gpu_check.jsonl"
     deadline = time.time() + 120
@@ -85,6 +86,7 @@ def test_the_budget_skips_a_row_predicted_to_overrun(gpu_check, tmp_path):
 def test_step_counts_default_per_mode_but_an_explicit_value_is_kept(gpu_check):
     smoke, full = gpu_check.parse_args(["--smoke"]), gpu_check.parse_args([])
     assert (smoke.warmup, smoke.steps, full.warmup, full.steps) == (1, 2, 5, 20)
+    assert (smoke.shapes, full.shapes) == (["tiny"], ["base", "large"])  # the test's nano shape only when asked for
     assert gpu_check.parse_args(["--smoke", "--warmup", "2", "--steps", "3"]).warmup == 2
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--steps", "0"])

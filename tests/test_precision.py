@@ -12,6 +12,7 @@ from crossbert_model.args import ConfigError
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.hardware import autocast_dtype, resolve_dtype, resolve_precision
 from crossbert_model.train import TrainConfig, train
+from tiny_configs import tiny_train_config
 
 CPU = torch.device("cpu")
 
@@ -51,13 +52,9 @@ def test_explicit_dtypes_are_not_measured_and_unknown_ones_named(monkeypatch):
         resolve_dtype("fp16", CPU)
 
 
-def tiny(corpus_args, out_dir, **kw) -> TrainConfig:
-    cfg = TrainConfig(
-        name="run", out_dir=str(out_dir), steps=2, batch_size=4, log_every=1, eval_every=0, eval_sequences=4,
-        dtype="auto", data=dataclasses.replace(corpus_args), peak_flops=1e11, **kw,
-    )  # fmt: skip
-    cfg.model.preset, cfg.model.objective, cfg.optim.warmup_steps = "nano", "mlm", 1
-    return cfg
+def tiny(corpus_args, out_dir, **fields) -> TrainConfig:
+    return tiny_train_config(corpus_args, out_dir, "mlm", name="run", steps=2, batch_size=4, eval_every=0, eval_sequences=4,
+                             dtype="auto", warmup_steps=1, **fields)  # fmt: skip
 
 
 def test_run_records_the_resolved_dtype_and_a_resume_with_auto_keeps_it(corpus_args, tmp_path, monkeypatch):

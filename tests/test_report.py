@@ -1,6 +1,7 @@
 """The sweep report: aggregation over seeds, GLUE / MTEB averages, plots and pages from the sweep's files."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from crossbert_eval.report.sweep_report import build_sweep_report
 from crossbert_model.errors import CrossbertError
 
 SIZES = {"nano": (2, 100_000), "tiny": (4, 400_000)}  # layers, non-embedding params
+TABLES_ONLY = ()  # no plot drawn: for tests of the tables and the page's text (rendering a plot costs seconds)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -53,7 +55,7 @@ def sweep_root(tmp_path):
 
 
 def test_report_averages_over_seeds_with_their_spread(sweep_root):
-    build_sweep_report(sweep_root)
+    build_sweep_report(sweep_root, plots=TABLES_ONLY)
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
     row = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
     assert row["seeds"] == 2
@@ -76,6 +78,20 @@ def test_report_writes_every_plot_and_both_pages(sweep_root):
     assert "<table>" in (sweep_root / "report.html").read_text()
     summary = pd.read_parquet(sweep_root / "tables" / "summary.parquet")
     assert len(summary) == 2 * 2 * 2 * 2  # objectives x sizes x seeds x checkpoints
+
+
+def test_a_report_asked_for_some_plots_draws_and_shows_only_those_and_its_tables_are_the_same(sweep_root, tmp_path_factory):
+    none = tmp_path_factory.mktemp("no-plots")
+    shutil.copytree(sweep_root, none, dirs_exist_ok=True)
+    build_sweep_report(none, plots=TABLES_ONLY)
+    assert not (none / "plots").exists()
+    md = build_sweep_report(sweep_root, plots=["collapse"]).read_text()
+    assert sorted(p.name for p in (sweep_root / "plots").iterdir()) == ["collapse.png", "collapse.svg"]
+    assert "plots/collapse.png" in md and "plots/layerwise.png" not in md
+    for table in sorted((none / "tables").glob("*.parquet")):
+        pd.testing.assert_frame_equal(pd.read_parquet(sweep_root / "tables" / table.name), pd.read_parquet(table), obj=table.name)
+    with pytest.raises(ValueError, match="unknown plot"):
+        build_sweep_report(sweep_root, plots=["colapse"])
 
 
 def test_report_of_a_sweep_without_scores_writes_nothing(tmp_path):
@@ -108,14 +124,14 @@ def test_report_flags_units_written_twice(sweep_root):
         return rows + [dict(rows[0]), dict(rows[1]), dict(rows[1])]
 
     _rewrite_results(sweep_root, duplicate_two)
-    md = build_sweep_report(sweep_root).read_text()
+    md = build_sweep_report(sweep_root, plots=TABLES_ONLY).read_text()
     warning = next(line for line in md.splitlines() if "WARNING" in line)
     assert "2 unit(s) are in results/results.jsonl more than once (3 extra copies" in warning
     assert "u00000 (2x)" in warning and "u00001 (3x)" in warning
 
 
 def test_clean_store_has_no_duplicate_warning(sweep_root):
-    assert "WARNING" not in build_sweep_report(sweep_root).read_text()
+    assert "WARNING" not in build_sweep_report(sweep_root, plots=TABLES_ONLY).read_text()
 
 
 def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
@@ -124,7 +140,7 @@ def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
         return [{**r, "layer": str(r["layer"]), "versions": {"torch": "2.0"}} for r in rows]
 
     _rewrite_results(sweep_root, old_style)
-    build_sweep_report(sweep_root)
+    build_sweep_report(sweep_root, plots=TABLES_ONLY)
     scores = pd.read_csv(sweep_root / "tables" / "scores.csv")
     assert scores["layer"].dtype.kind == "i" and scores["layer"].max() == 4
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")
@@ -138,7 +154,7 @@ from crossbert_eval.report import loading, markdown, noise, plots, tables  # noq
 
 
 def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_root):
-    md = build_sweep_report(sweep_root).read_text()
+    md = build_sweep_report(sweep_root, plots=["collapse", "loss_vs_probe", "layerwise", "training"]).read_text()
     scores = loading.load_scores(sweep_root)
     final = scores[scores["is_main"] & scores["is_final"] & (scores["task"] == "SST-2")]
     bands = noise.seed_bands(final, ["objective", "size", "relative_depth"])  # what the layer-wise plot draws
@@ -198,7 +214,7 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
         ("mlm", "SST-2", 0): [0.50, 0.60, 0.70], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
         ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
     }  # fmt: skip
-    md = build_sweep_report(_noise_store(tmp_path, cells)).read_text()
+    md = build_sweep_report(_noise_store(tmp_path, cells), plots=TABLES_ONLY).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
     verdict = {(r["comparison"], r["objective"], r["task"]): r["verdict"] for _, r in table.iterrows()}
     assert verdict[("crossbert - mlm", "", "SST-2")] == "beyond noise"
@@ -229,7 +245,7 @@ def test_with_one_seed_two_models_are_not_tested_against_each_other(tmp_path):
     cells = {("mlm", "SST-2", 2): [0.60], ("crossbert", "SST-2", 2): [0.64], ("mlm", "STS-B", 2): [0.60], ("crossbert", "STS-B", 2): [0.70]}
     ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),
           ("mlm", "STS-B", 2): (0.58, 0.62), ("crossbert", "STS-B", 2): (0.68, 0.72)}  # fmt: skip
-    md = build_sweep_report(_noise_store(tmp_path, cells, ci)).read_text()
+    md = build_sweep_report(_noise_store(tmp_path, cells, ci), plots=TABLES_ONLY).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     objectives = table[table["comparison"] == "crossbert - mlm"]
     assert (objectives["verdict"] == "unknown").all() and set(objectives["noise"]) == {UNTESTED["models"]}
@@ -265,7 +281,7 @@ def test_with_one_seed_two_layers_of_one_model_are_compared_paired_and_labelled_
         if row["model_fingerprint"].startswith("mlm"):  # crossbert's predictions were not kept (an older store)
             store.save_predictions(row["unit"], y, kept[("mlm", row["layer"])])
     _write_jsonl(root / "results" / "results.jsonl", rows)
-    md = build_sweep_report(root).read_text()
+    md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     table = pd.read_csv(root / "tables" / "comparisons.csv").set_index(["comparison", "objective"])
     paired = table.loc[("last layer - layer 0", "mlm")]
     assert paired["verdict"] == "beyond noise" and paired["test"] == S.PAIRED and paired["noise"] == S.EVALUATION_NOISE
@@ -285,7 +301,7 @@ def test_the_reference_objective_comes_from_the_sweep_config(tmp_path):
     assert reference_objective({}) is None
     cells = {(objective, "SST-2", 2): [0.6, 0.61, 0.62] for objective in ("mlm15", "crossbert_cms", "crossbert_nocms")}
     sweep = {"objectives": [{"name": o} for o in ("mlm15", "crossbert_cms", "crossbert_nocms")], "reference_objective": "crossbert_cms"}
-    build_sweep_report(_noise_store(tmp_path, cells, sweep=sweep))
+    build_sweep_report(_noise_store(tmp_path, cells, sweep=sweep), plots=TABLES_ONLY)
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     assert set(table["comparison"]) == {"crossbert_nocms - crossbert_cms", "mlm15 - crossbert_cms"}
 
@@ -296,7 +312,7 @@ def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_o
     rows = [json.loads(line) for line in (root / "results" / "results.jsonl").read_text().splitlines()]
     centred = [{**r, "feature_transform": "centred", "value": r["value"] + 0.1} for r in rows]
     _write_jsonl(root / "results" / "results.jsonl", [{**r, "feature_transform": "raw"} for r in rows] + centred)
-    md = build_sweep_report(root).read_text()
+    md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     sizes = pd.read_csv(root / "tables" / "summary_by_size.csv").set_index("objective")
     assert sizes.loc["mlm", "STS-B:linear"] == pytest.approx(61.0) and sizes.loc["mlm", "STS-B:linear (centred)"] == pytest.approx(71.0)
     columns = list(sizes.columns)
@@ -317,7 +333,7 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
         return rows + geo
 
     _rewrite_results(sweep_root, add_geometry)
-    md = build_sweep_report(sweep_root).read_text()
+    md = build_sweep_report(sweep_root, plots=["geometry_depth", "geometry_size"]).read_text()
     assert "geometry" not in set(pd.read_csv(sweep_root / "tables" / "scores.csv")["probe"])
     geometry = pd.read_csv(sweep_root / "tables" / "geometry.csv")
     assert len(geometry) == len(metrics) * 2 * 2  # metrics x objectives x sizes
@@ -394,7 +410,7 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     _rewrite_checkpoints(root, losses)
     _write_jsonl(root / loading.UNIGRAM_FILE, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
                                           "tokenizer": "tok", "smoothing": "add-one"} for seed in range(3)])  # fmt: skip
-    md = build_sweep_report(root).read_text()
+    md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
     off = {**{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
     assert plateau["off_plateau"].to_dict() == off

@@ -189,6 +189,28 @@ def tiny_trec(tmp_path, real_data_root, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.parametrize("probe", ["linear", "knn"])
+def test_a_probe_is_fitted_on_the_training_split_and_scored_on_the_evaluation_split(tiny_trec, probe, monkeypatch):
+    from crossbert_eval import probes as P
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.probe_runner import ProbeRunner
+    from crossbert_eval.tasks import get_task
+
+    fits, fit = [], getattr(P, f"{probe}_probe")
+
+    def recorded(x_train, y_train, x_eval, **kwargs):
+        fits.append((len(x_train), list(y_train), len(x_eval)))
+        return fit(x_train, y_train, x_eval, **kwargs)
+
+    monkeypatch.setattr(P, f"{probe}_probe", recorded)
+    settings = ProbeSettings(tasks=["TinyTREC"], probes=[probe], layers="last", results_dir=str(tiny_trec / "results"),
+                             cache_dir=str(tiny_trec / "features"))  # fmt: skip
+    task = get_task("TinyTREC")
+    rows = ProbeRunner(FrozenEncoder.load("minilm", dtype="fp32"), settings).run([task])
+    assert fits == [(120, list(task.load_split("train").labels), 40)]  # fitted on the 120 training questions, scored on the 40 test ones
+    assert set(rows["split"]) == {"test"}
+
+
 def test_two_concurrent_probe_runs_write_each_unit_once(tiny_trec):
     from crossbert_eval.encoders import FrozenEncoder
     from crossbert_eval.probe_runner import ProbeRunner

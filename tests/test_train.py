@@ -21,21 +21,13 @@ from crossbert_model.data import DataArgs, DataError, prepare_data
 from crossbert_model.objectives import objective_names
 from crossbert_model.train import TrainingDivergedError, train
 from crossbert_model.train_config import TrainConfig
+from tiny_configs import tiny_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def tiny_config(corpus_args, out_dir, objective="crossbert", **kw) -> TrainConfig:
-    cfg = TrainConfig(
-        name=kw.pop("name", objective), out_dir=str(out_dir), steps=6, batch_size=8, log_every=1, eval_every=3,
-        eval_sequences=16, dtype="fp32", data=dataclasses.replace(corpus_args), peak_flops=1e11,
-    )  # fmt: skip
-    cfg.model.preset = "nano"
-    cfg.model.objective = objective
-    cfg.optim.warmup_steps = 2
-    for key, value in kw.items():
-        setattr(cfg, key, value)
-    return cfg
+def tiny_config(corpus_args, out_dir, objective="crossbert", **fields) -> TrainConfig:
+    return tiny_train_config(corpus_args, out_dir, objective, **fields)
 
 
 def losses(run_dir: Path) -> list[float]:

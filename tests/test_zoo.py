@@ -9,15 +9,15 @@ import pytest
 
 from crossbert_eval.cli import main
 from crossbert_eval.encoders import FrozenEncoder
-from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo, seed_hub_cache
+from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo
 from crossbert_model.args import dump_yaml, load_config
-from crossbert_model.data import minilm_path
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.utils import read_jsonl
+from tiny_configs import tiny_train_config
 
 REPO = Path(__file__).resolve().parent.parent
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-REV = "8b3219a92973c328a8e22fadcfa821b5dc75636a"  # any 40-hex commit id: the cache is keyed by it
+REV = "8b3219a92973c328a8e22fadcfa821b5dc75636a"  # the shared hub cache's (conftest.minilm_hub_cache)
 
 # all-MiniLM-L6-v2 as AutoModel loads it (BertModel): the 22.7M of its model card, counted tensor by tensor.
 MINILM_TOTAL = 22_713_216
@@ -29,29 +29,22 @@ MINILM_POOLER = 384 * 384 + 384
 
 
 @pytest.fixture(scope="module")
-def hub_cache(tmp_path_factory):
-    """A Hugging Face cache holding a copy of the packaged MiniLM as sentence-transformers/all-MiniLM-L6-v2."""
-    root = tmp_path_factory.mktemp("hub-cache")
-    seed_hub_cache(root, MINILM_ID, minilm_path(), REV)
+def hub_cache(minilm_hub_cache):
+    """The shared MiniLM hub cache (conftest), the Hugging Face cache for this module's zoo runs."""
+    assert (minilm_hub_cache.repo_id, minilm_hub_cache.revision) == (MINILM_ID, REV)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("HF_HUB_CACHE", str(root))
-        yield root
+        minilm_hub_cache.use(mp)
+        yield minilm_hub_cache.root
 
 
 @pytest.fixture(scope="module")
 def our_runs(tmp_path_factory, corpus_args, corpus):
     """Two of our models, trained here: nano flat MLM and nano CrossBERT, 8 steps each (run folders)."""
-    from crossbert_model.args import from_dict
-    from crossbert_model.train import TrainConfig, train
+    from crossbert_model.train import train
 
     out = tmp_path_factory.mktemp("zoo-runs")
-    data = {k: getattr(corpus_args, k) for k in ("corpus", "vocab_size", "seq_len", "max_documents", "val_fraction", "cache_dir")}
     for name, objective in (("nano-mlm", "mlm"), ("nano-crossbert", "crossbert")):
-        train(from_dict(TrainConfig, {
-            "name": name, "out_dir": str(out), "steps": 8, "batch_size": 8, "eval_every": 8, "eval_sequences": 16, "dtype": "fp32",
-            "num_threads": 1, "model": {"preset": "nano", "objective": objective}, "data": data, "optim": {"warmup_steps": 2},
-        }))  # fmt: skip
+        train(tiny_train_config(corpus_args, out, objective, name=name, steps=8, eval_every=8, log_every=10, num_threads=1))
     return {"mlm": out / "nano-mlm", "crossbert": out / "nano-crossbert"}
 
 
@@ -65,7 +58,7 @@ def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path) -> Zoo
             ZooModel(str(our_runs["crossbert"]), name="nano-crossbert-cls", family="ours: CrossBERT", pooling="cls"),
         ],
         probe_tasks=["SST-2"], probes=["linear", "knn"], max_probe_train=300, geometry_tasks=["SST-2"],
-        mteb_tasks=["STS16"], mteb_layers="last",
+        mteb_tasks=["BIOSSES"], mteb_layers="last",  # 100 pairs: the smallest local mteb task
     )  # fmt: skip
 
 
@@ -136,8 +129,13 @@ def test_crossbert_report_rebuilds_a_zoo_folder(straight_zoo, capsys):
 
 
 def test_a_zoo_interrupted_mid_way_resumes_to_the_same_tables(straight_zoo, our_runs, monkeypatch):
-    """Interrupted during the third model's probes (after MiniLM and the hub entry), then run again."""
+    """Interrupted during the third model's probes (after MiniLM and the hub entry), then run again. The reports
+    written on the way draw no plots: this test checks their tables (the straight zoo's report checks the plots)."""
+    import crossbert_eval.zoo
     from crossbert_eval.probe_runner import ProbeRunner
+    from crossbert_eval.report.zoo_report import build_zoo_report
+
+    monkeypatch.setattr(crossbert_eval.zoo, "build_zoo_report", lambda root: build_zoo_report(root, plots=()))
 
     straight, tmp = straight_zoo
     cfg = zoo_config(tmp, our_runs, "interrupted", tmp / "features")  # the same feature cache: nothing re-encoded

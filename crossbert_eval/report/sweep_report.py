@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -30,10 +32,30 @@ from .tables import by_size, geometry_seed_table, layer_best, plateau_table, sam
 log = logging.getLogger("crossbert_eval.report")
 
 
-def build_sweep_report(root: Path) -> Path | None:
+# Each plot of a sweep report by name, with the function that draws it (training, losses and geometry_training draw
+# two files each: against tokens and against FLOPs, the second suffixed _flops).
+SWEEP_PLOTS = {
+    "collapse": lambda d: plot_collapse(d.sizes, d.out),
+    "loss_vs_probe": lambda d: plot_loss_vs_probe(d.sizes, d.out, d.checkpoints),
+    "layerwise": lambda d: plot_layerwise(d.scores, d.out),
+    "training": lambda d: plot_training(d.scores, d.out),
+    "losses": lambda d: plot_losses(d.checkpoints, d.out),
+    "geometry_depth": lambda d: plot_geometry_depth(d.geo, d.out),
+    "geometry_size": lambda d: plot_geometry_size(d.geo, d.out),
+    "geometry_training": lambda d: plot_geometry_training(d.geo, d.out),
+}
+
+
+def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path | None:
     """Tables, plots, report.md and report.html of a sweep folder; returns report.md's path, or None
-    (nothing written) while the sweep has no scores yet. Not a sweep folder: ReportError."""
+    (nothing written) while the sweep has no scores yet. Not a sweep folder: ReportError.
+
+    `plots`: the names (SWEEP_PLOTS) of the plots to draw, and so the only ones the page shows; None, the
+    default and what `crossbert report` does, draws every one. Tables and the page's text do not depend on it."""
     root = Path(root)
+    unknown = sorted(set(plots or ()) - set(SWEEP_PLOTS))
+    if unknown:
+        raise ValueError(f"unknown plot(s) {unknown}; known: {list(SWEEP_PLOTS)}")
     if not (results_path(root).is_file() or (root / "sweep.yaml").is_file()):
         raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or sweep.yaml)")
     rows = read_result_rows(root)
@@ -58,11 +80,9 @@ def build_sweep_report(root: Path) -> Path | None:
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
-    plots_dir = root / "plots"
-    plots = plot_collapse(sizes, plots_dir) + plot_loss_vs_probe(sizes, plots_dir, checkpoints)
-    plots += plot_layerwise(scores, plots_dir) + plot_training(scores, plots_dir) + plot_losses(checkpoints, plots_dir)
-    plots += plot_geometry_depth(geo, plots_dir) + plot_geometry_size(geo, plots_dir) + plot_geometry_training(geo, plots_dir)
-    md = render_sweep_markdown(root, sizes, summary, scores, plots, duplicates_warning(rows), extras)
+    data = SimpleNamespace(sizes=sizes, scores=scores, checkpoints=checkpoints, geo=geo, out=root / "plots")
+    drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    md = render_sweep_markdown(root, sizes, summary, scores, drawn, duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md))
     return root / "report.md"

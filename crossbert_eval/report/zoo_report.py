@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -193,9 +194,23 @@ def plot_zoo_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str
                       "Layer-wise frozen probe score by relative depth (colour: family)", out, "layerwise", colors=colors)  # fmt: skip
 
 
-def build_zoo_report(root: str | os.PathLike) -> Path | None:
-    """Tables, plots, report.md and report.html of a zoo folder; None (nothing written) without scores yet."""
+# Each plot of a zoo report by name, with the function that draws it.
+ZOO_PLOTS = {
+    "collapse": lambda d: plot_zoo_collapse(d.scores, d.out, d.colors),
+    "layerwise": lambda d: plot_zoo_layerwise(d.scores, d.out, d.colors),
+    "geometry_depth": lambda d: plot_geometry_depth(_plot_names(d.geo), d.out, d.colors),
+    "geometry_size": lambda d: plot_geometry_size(d.geo, d.out, d.colors),
+}
+
+
+def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = None) -> Path | None:
+    """Tables, plots, report.md and report.html of a zoo folder; None (nothing written) without scores yet.
+    `plots`: the names (ZOO_PLOTS) of the plots to draw and show; None, the default and what the zoo and
+    `crossbert report` do, draws every one. Tables and the page's text do not depend on it."""
     root = Path(root)
+    unknown = sorted(set(plots or ()) - set(ZOO_PLOTS))
+    if unknown:
+        raise ValueError(f"unknown plot(s) {unknown}; known: {list(ZOO_PLOTS)}")
     if not is_zoo(root):
         raise ReportError(f"{root}: not a zoo folder (no {ZOO_FILE})")
     rows = read_result_rows(root)
@@ -213,11 +228,9 @@ def build_zoo_report(root: str | os.PathLike) -> Path | None:
     for name, df in tables.items():
         df.to_csv(root / "tables" / f"{name}.csv", index=False)
         df.to_parquet(root / "tables" / f"{name}.parquet", index=False)
-    plots_dir = root / "plots"
-    colors = family_palette(scores["objective"])
-    plots = plot_zoo_collapse(scores, plots_dir, colors) + plot_zoo_layerwise(scores, plots_dir, colors)
-    plots += plot_geometry_depth(_plot_names(geo), plots_dir, colors) + plot_geometry_size(geo, plots_dir, colors)
-    md = render_zoo_markdown(root, tables, plots, duplicates_warning(rows))
+    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), out=root / "plots")
+    drawn = [plot for name, draw in ZOO_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    md = render_zoo_markdown(root, tables, drawn, duplicates_warning(rows))
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md, title="zoo report"))
     return root / "report.md"
