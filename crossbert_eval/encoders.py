@@ -184,7 +184,7 @@ class ModelSource:
 
 
 # org/name, optionally @revision (branch, tag or commit): the shape of a Hugging Face hub model id
-_HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
 # What a frozen encoder needs from a hub repository: configs (model, tokenizer, sentence-transformers
 # modules), vocabularies and safetensors weights; never ONNX/TF/Flax copies or pickles unless allowed.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -202,7 +202,8 @@ def hub_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
-def _hub_offline() -> bool:
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set: models come from the local cache only."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -212,7 +213,7 @@ def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = 
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-    cache, offline = hub_cache_dir(), _hub_offline()
+    cache, offline = hub_cache_dir(), hub_offline()
     label = f"{repo_id}@{revision}" if revision else repo_id
     patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else []) + (HUB_CODE_PATTERNS if trust_remote_code else [])
     try:
@@ -242,7 +243,7 @@ def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool
         return _classify(minilm_path(), "sentence-transformers/all-MiniLM-L6-v2")
     path = Path(spec)
     if not path.exists():
-        hub = _HUB_ID.match(spec)
+        hub = HUB_ID.match(spec)
         if hub is None:
             raise EncoderError(
                 f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, "

@@ -227,17 +227,17 @@ def _check_layers(key: str, spec) -> None:
 def preflight(cfg: ZooConfig) -> None:
     """Every model can be found (offline: in a folder or the Hugging Face cache; online: a well-formed hub
     id) and has a pooling, and every mteb task exists, before anything is written."""
-    from crossbert_eval.encoders import _HUB_ID, _hub_offline, resolve_model
+    from crossbert_eval.encoders import HUB_ID, hub_offline, resolve_model
 
     for i, entry in enumerate(cfg.models):
         where = f"zoo models[{i}] ({entry_name(entry)})"
         local = entry.model == "minilm" or Path(entry.model).exists()
         try:
-            if local or _hub_offline():
+            if local or hub_offline():
                 source = resolve_model(entry.model)
                 if entry.pooling is None and source.default_pooling is None:
                     raise ZooError(f"{source.pooling_problem}; set pooling: mean|cls|max on this entry")
-            elif _HUB_ID.match(entry.model) is None:
+            elif HUB_ID.match(entry.model) is None:
                 resolve_model(entry.model)  # raises its one-line 'no such folder' message
         except CrossbertError as e:
             raise ZooError(f"{where}: {e}") from None
