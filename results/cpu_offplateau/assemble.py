@@ -49,7 +49,7 @@ def assemble(first: Path, second: Path, out: Path, left_out: set[str] = frozense
     sweep["objectives"] = sweep["objectives"] + read_yaml(second / "sweep.yaml")["objectives"]
     atomic_write_text(out / "sweep.yaml", dump_yaml(sweep))
     plans = [json.loads((folder / "plan.json").read_text()) for folder in (first, second)]
-    atomic_write_json(out / "plan.json", {**plans[0], "runs": plans[0]["runs"] + plans[1]["runs"], "assembled_from": [str(first), str(second)]})
+    atomic_write_json(out / "plan.json", {**plans[0], "runs": plans[0]["runs"] + plans[1]["runs"], "assembled_from": [first.name, second.name]})
 
 
 if __name__ == "__main__":
