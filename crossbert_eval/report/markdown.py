@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import logging
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def timing_table(root: Path) -> str:
     table["total"] = table.sum(axis=1)
     table.loc["all runs"] = table.sum()
     return markdown_table(table.reset_index(), floatfmt="{:.0f}")
+
+
+def page_ending(root: Path, config_yaml: str, provenance: dict, tables_line: str) -> list[str]:
+    """The last sections of a report page, the same for a sweep and a zoo: where the time went, the
+    configuration, the provenance, and a line naming the tables written."""
+    return ["## Where the time went (wall seconds per stage)", "", timing_table(root), "",
+            "## Configuration", "", "```yaml", config_yaml.rstrip(), "```", "",
+            "## Provenance", "", "```json", json.dumps(provenance, indent=2), "```", "", tables_line]  # fmt: skip
 
 
 def render_html(markdown: str, title: str = "sweep report") -> str:

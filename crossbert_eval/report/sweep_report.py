@@ -9,7 +9,6 @@ alpha and correction: crossbert_eval.stats), and gives no verdict where a run is
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection
 from pathlib import Path
@@ -23,7 +22,7 @@ from crossbert_model.utils import atomic_write_text, provenance
 from ..results import RESULTS_FILE, ResultsStore
 from .loading import (LOSS_COLUMNS, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
                       results_path, sweep_config)  # fmt: skip
-from .markdown import centring_section, duplicates_warning, markdown_table, plot_section, render_html, timing_table
+from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import comparisons, methods_paragraph, noise_paragraph
 from .plots import (Plot, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
@@ -162,24 +161,9 @@ def render_sweep_markdown(
         "",
         markdown_table(summary.drop(columns=["total_steps"], errors="ignore")),
         "",
-        "## Where the time went (wall seconds per stage)",
-        "",
-        timing_table(root),
-        "",
-        "## Configuration",
-        "",
-        "```yaml",
-        sweep_yaml.rstrip(),
-        "```",
-        "",
-        "## Provenance",
-        "",
-        "```json",
-        json.dumps(prov, indent=2),
-        "```",
-        "",
-        "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
-        "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
+        *page_ending(root, sweep_yaml, prov,
+                     "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
+                     "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
     ]
     return "\n".join(parts) + "\n"
 

@@ -8,7 +8,6 @@ as `family` and `model`. Every plot colours by family (family_palette).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Collection, Mapping
@@ -22,7 +21,7 @@ from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
 from ..results import ResultsStore
 from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, read_result_rows, with_probe_variants
-from .markdown import centring_section, duplicates_warning, markdown_table, plot_section, render_html, timing_table
+from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands
 from .plots import (OBJECTIVE_COLORS, Plot, color_for, error_bars, log_x_axis, panel_grid, plot_geometry_depth, plot_geometry_size,
                     pyplot, save_figure)  # fmt: skip
@@ -286,24 +285,9 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         "## Plots",
         "",
         *plot_section(plots),
-        "## Where the time went (wall seconds per stage)",
-        "",
-        timing_table(root),
-        "",
-        "## Configuration",
-        "",
-        "```yaml",
-        config.rstrip(),
-        "```",
-        "",
-        "## Provenance",
-        "",
-        "```json",
-        json.dumps(provenance(), indent=2),
-        "```",
-        "",
-        "Tables: `tables/models.csv`, `tables/scores.csv` (every score row joined with its model), `tables/summary.csv`, "
-        "`tables/last_vs_best.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
+        *page_ending(root, config, provenance(),
+                     "Tables: `tables/models.csv`, `tables/scores.csv` (every score row joined with its model), `tables/summary.csv`, "
+                     "`tables/last_vs_best.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
     ]
     return "\n".join(parts) + "\n"
 
