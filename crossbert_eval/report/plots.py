@@ -27,6 +27,13 @@ OBJECTIVE_COLORS: Mapping[str, str] = MappingProxyType({
 UNLISTED_COLOR = "#7f7f7f"  # grey: a line whose key the palette does not name
 
 
+
+def check_plot_names(names, known) -> None:
+    """A report asked for plots by name (None: all): every name must be one it draws."""
+    unknown = sorted(set(names or ()) - set(known))
+    if unknown:
+        raise ValueError(f"unknown plot(s) {unknown}; known: {list(known)}")
+
 def color_for(key: str, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> str:
     return colors.get(key, UNLISTED_COLOR)
 

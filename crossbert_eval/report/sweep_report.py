@@ -24,7 +24,7 @@ from .loading import (LOSS_COLUMNS, ReportError, load_checkpoints, load_geometry
                       results_path, sweep_config)  # fmt: skip
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import comparisons, methods_paragraph, noise_paragraph
-from .plots import (Plot, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
+from .plots import (Plot, check_plot_names, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
 from .tables import by_size, geometry_seed_table, layer_best, plateau_table, sample_efficiency, summarise
 
@@ -52,9 +52,7 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     `plots`: the names (SWEEP_PLOTS) of the plots to draw, and so the only ones the page shows; None, the
     default and what `crossbert report` does, draws every one. Tables and the page's text do not depend on it."""
     root = Path(root)
-    unknown = sorted(set(plots or ()) - set(SWEEP_PLOTS))
-    if unknown:
-        raise ValueError(f"unknown plot(s) {unknown}; known: {list(SWEEP_PLOTS)}")
+    check_plot_names(plots, SWEEP_PLOTS)
     if not (results_path(root).is_file() or (root / "sweep.yaml").is_file()):
         raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or sweep.yaml)")
     rows = read_result_rows(root)

@@ -23,7 +23,7 @@ from ..results import ResultsStore
 from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, read_result_rows, with_probe_variants
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands
-from .plots import (OBJECTIVE_COLORS, Plot, color_for, error_bars, log_x_axis, panel_grid, plot_geometry_depth, plot_geometry_size,
+from .plots import (OBJECTIVE_COLORS, Plot, check_plot_names, color_for, error_bars, log_x_axis, panel_grid, plot_geometry_depth, plot_geometry_size,
                     pyplot, save_figure)  # fmt: skip
 from .tables import geometry_seed_table, layer_best, summarise
 
@@ -207,9 +207,7 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     `plots`: the names (ZOO_PLOTS) of the plots to draw and show; None, the default and what the zoo and
     `crossbert report` do, draws every one. Tables and the page's text do not depend on it."""
     root = Path(root)
-    unknown = sorted(set(plots or ()) - set(ZOO_PLOTS))
-    if unknown:
-        raise ValueError(f"unknown plot(s) {unknown}; known: {list(ZOO_PLOTS)}")
+    check_plot_names(plots, ZOO_PLOTS)
     if not is_zoo(root):
         raise ReportError(f"{root}: not a zoo folder (no {ZOO_FILE})")
     rows = read_result_rows(root)
