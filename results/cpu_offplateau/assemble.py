@@ -30,12 +30,24 @@ def kept(row: dict, left_out: set[str]) -> bool:
     return row.get("run", row.get("model", "")).split("@")[0] not in left_out
 
 
+def refuse(message: str) -> None:
+    print(f"assemble: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def assemble(first: Path, second: Path, out: Path, left_out: set[str] = frozenset()) -> None:
     if out.exists():
-        sys.exit(f"assemble: {out} exists; expected a new folder")
+        refuse(f"{out} exists; expected a new folder")
+    for folder in (first, second):
+        missing = [name for name in (*ROW_FILES, "sweep.yaml", "plan.json") if not (folder / name).is_file()]
+        if missing:
+            refuse(f"{folder} lacks {', '.join(missing)}; expected a sweep folder")
+    runs = {row["run"] for folder in (first, second) for row in read_jsonl(folder / "checkpoints.jsonl")}
+    if left_out - runs:
+        refuse(f"no run named {', '.join(sorted(left_out - runs))} to leave out; runs: {', '.join(sorted(runs))}")
     first_units, second_units = ({row["unit"] for row in read_jsonl(folder / "results" / "results.jsonl")} for folder in (first, second))
     if first_units & second_units:
-        sys.exit(f"assemble: {first} and {second} share {len(first_units & second_units)} result units; expected disjoint sweeps")
+        refuse(f"{first} and {second} share {len(first_units & second_units)} result units; expected disjoint sweeps")
     (out / "results" / "predictions").mkdir(parents=True)
     for name in ROW_FILES:
         rows = [row for folder in (first, second) for row in read_jsonl(folder / name) if kept(row, left_out)]
@@ -49,7 +61,7 @@ def assemble(first: Path, second: Path, out: Path, left_out: set[str] = frozense
     sweep["objectives"] = sweep["objectives"] + read_yaml(second / "sweep.yaml")["objectives"]
     atomic_write_text(out / "sweep.yaml", dump_yaml(sweep))
     plans = [json.loads((folder / "plan.json").read_text()) for folder in (first, second)]
-    atomic_write_json(out / "plan.json", {**plans[0], "runs": plans[0]["runs"] + plans[1]["runs"], "assembled_from": [first.name, second.name]})
+    atomic_write_json(out / "plan.json", {**plans[0], "runs": [r for plan in plans for r in plan["runs"] if kept(r, left_out)], "assembled_from": [first.name, second.name]})
 
 
 if __name__ == "__main__":
