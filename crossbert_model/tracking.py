@@ -122,8 +122,8 @@ class Backend:
 
 # The one place a backend is added.
 BACKENDS: dict[str, Backend] = {
-    "tensorboard": Backend("tensorboard", "pip install tensorboard==2.21.0", TensorBoardTracker),
-    "wandb": Backend("wandb", "pip install 'crossbert[tracking]' (wandb==0.31.0)", WandbTracker),
+    "tensorboard": Backend("tensorboard", "pip install tensorboard", TensorBoardTracker),
+    "wandb": Backend("wandb", "pip install 'crossbert[tracking]'", WandbTracker),
 }
 
 

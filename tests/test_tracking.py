@@ -157,5 +157,7 @@ def test_an_offline_wandb_run_holds_our_metrics_in_the_sweeps_group(corpus_args,
                     value = item.number if item.HasField("number") else json.loads(item.value_json)
                     logged.setdefault(key, {})[step] = value
     assert logged == metrics_by_tag(run_dir)
-    config = [json.loads(i.value_json) for r in records if r.HasField("config") for i in r.config.update if i.key == "model"]
-    assert config and config[-1]["preset"] == "nano"  # the run's config rides along
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert (config["model"]["preset"], config["tracking"], config["group"]) == ("nano", ["tensorboard", "wandb"], "sweep-a")
+    (exit_record,) = [r.exit for r in records if r.HasField("exit")]
+    assert exit_record.exit_code == 0  # finished, not left looking crashed
