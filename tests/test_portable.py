@@ -2,6 +2,7 @@
 keep their meaning: one holder at a time, appends that never interleave."""
 
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ def test_the_crossbert_model_package_imports_without_fcntl():
 
 
 def test_a_held_lock_makes_a_second_holder_wait_and_says_so(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     lock_file, order = tmp_path / ".lock", []
     second = threading.Thread(target=lambda: hold(lock_file, order, "second", waiting="waiting for the first"))
     with exclusive_lock(lock_file):
