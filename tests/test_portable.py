@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-
 from crossbert_model.utils import exclusive_lock
 
 REPO = Path(__file__).resolve().parent.parent
