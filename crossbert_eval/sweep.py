@@ -172,7 +172,7 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
 def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:
     data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
     data = deep_merge(data, {
-        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed,
+        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed, "group": cfg.name,  # W&B's group
         "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
                   "complementary_masking": obj.complementary_masking, **obj.model},
     })  # fmt: skip

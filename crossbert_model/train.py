@@ -69,6 +69,7 @@ from .shared_loss import checkpoint_train_config, protocol_ratios, protocol_sele
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
 from .errors import CrossbertError, debug_requested, exit_on_user_error
 from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, model_config, validate_config
+from .tracking import Trackers, open_trackers
 
 # The config schema is train_config's; scripts written before it had its own module import it from here.
 from .data import DataArgs  # noqa: E402,F401
@@ -584,6 +585,19 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
 
     def fit(self) -> Path:
+        """Train to the last step. Rank 0 writes each metrics row to metrics.jsonl and to the config's
+        trackers (crossbert_model.tracking), opened for the steps still to train."""
+        if self.start_step >= self.total_steps or not self.env.is_main:
+            self.trackers = Trackers([])
+            return self._fit()
+        with open_trackers(self.cfg) as self.trackers:
+            return self._fit()
+
+    def _record(self, row: dict) -> None:
+        append_jsonl(self.run_dir / "metrics.jsonl", [row])
+        self.trackers.log(row)
+
+    def _fit(self) -> Path:
         cfg, env = self.cfg, self.env
         final = checkpoint_dir(self.run_dir, self.total_steps)
         if self.start_step >= self.total_steps:
@@ -604,7 +618,7 @@ class Trainer:
         if self.start_step == 0:
             initial = self.evaluate()  # the untrained model: where the validation curve starts
             if initial and env.is_main:
-                append_jsonl(self.run_dir / "metrics.jsonl", [{"step": 0, "corpus_tokens": 0, **initial}])
+                self._record({"step": 0, "corpus_tokens": 0, **initial})
         window_start, window_tokens = time.perf_counter(), 0
         progress_every = max(cfg.log_every, (self.total_steps // 20) // cfg.log_every * cfg.log_every)
         for step, batch in zip(range(self.start_step, self.total_steps), self.host_batches(self.start_step)):
@@ -640,7 +654,7 @@ class Trainer:
                 row = {**(row or {"step": done}), **val}
                 bar.write(f"step {done}: val_loss {val['val_loss']:.4f} (ppl {val['val_ppl']:.1f})") if env.is_main else None
             if row and env.is_main:
-                append_jsonl(self.run_dir / "metrics.jsonl", [row])
+                self._record(row)
             if val:  # a diverged model is never saved: the latest checkpoint stays a usable one
                 self._check_divergence(done, val["val_loss"], what="validation loss")
             if checkpoint:

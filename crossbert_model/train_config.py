@@ -20,6 +20,7 @@ from .config import PRESETS, CrossBertConfig, check_model_values
 from .data import DataArgs, check_tokenizer_matches, special_token_config
 from .hardware import DTYPES
 from .objectives import config_from_preset, objective_names
+from .tracking import WANDB_MODES, tracking_problem
 
 
 @dataclass
@@ -96,6 +97,12 @@ class TrainConfig:
     # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
     # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
     resume_allow_changes: list[str] = field(default_factory=list)
+    # Where the scalars of metrics.jsonl also go (crossbert_model.tracking): tensorboard (event files in the run
+    # folder) and/or wandb (needs `pip install 'crossbert[tracking]'`); [] writes metrics.jsonl alone.
+    tracking: list[str] = field(default_factory=lambda: ["tensorboard"])
+    wandb_project: str = "crossbert"
+    wandb_mode: str = "offline"  # offline (run files in <run>/wandb; `wandb sync` uploads them) | online
+    group: str | None = None  # the runs this one is compared with (a sweep sets its name): W&B's group
     model: ModelArgs = field(default_factory=ModelArgs)
     data: DataArgs = field(default_factory=DataArgs)
     optim: OptimArgs = field(default_factory=OptimArgs)
@@ -115,7 +122,7 @@ NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
     "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
-    "data.trust_remote_code",
+    "data.trust_remote_code", "tracking", "wandb_project", "wandb_mode", "group",
 }  # fmt: skip
 
 
@@ -157,6 +164,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _validate_data(cfg.data)
     _validate_optim(cfg.optim)
     _check_dotted_keys("resume_allow_changes", cfg.resume_allow_changes, cfg)
+    _validate_tracking(cfg)
     # What only a built config can refuse (heads that do not divide hidden_size, a ratio CMS cannot realise)
     # is refused here, before the run folder exists: the vocabulary (data.vocab_size until the tokenizer
     # is known) changes none of it. The trainer builds the config it trains once the tokenizer exists.
@@ -164,6 +172,14 @@ def validate_config(cfg: TrainConfig) -> None:
         model_config(cfg.model, cfg.data)
     except ValueError as e:
         raise ConfigError(f"config section 'model': {e}") from None
+
+
+def _validate_tracking(cfg: TrainConfig) -> None:
+    problem = tracking_problem(cfg.tracking)
+    require(problem is None, "tracking", problem, cfg.tracking)
+    one_of("wandb_mode", cfg.wandb_mode, WANDB_MODES)
+    require(isinstance(cfg.wandb_project, str) and cfg.wandb_project.strip(), "wandb_project", "a W&B project name", cfg.wandb_project)
+    require(cfg.group is None or (isinstance(cfg.group, str) and cfg.group.strip()), "group", "a name or null", cfg.group)
 
 
 def _validate_model(m: ModelArgs) -> None:

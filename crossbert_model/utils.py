@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -15,6 +14,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
 
 from .errors import CrossbertError
 
@@ -152,40 +153,44 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def append_jsonl(path: str | os.PathLike, rows: list[dict], default=str) -> None:
-    """The one JSONL appender. All rows go in one write + fsync under an exclusive lock on the file,
-    so concurrent writers never interleave lines; a torn tail left by a killed writer is cut off
-    first, so the file always parses. `default` serialises what json cannot (numpy scalars, ...)."""
+    """The one JSONL appender. All rows go in one write + fsync under an exclusive lock (`.NAME.lock`
+    beside the file), so concurrent writers never interleave lines; a torn tail left by a killed writer
+    is cut off first, so the file always parses. `default` serialises what json cannot (numpy scalars, ...)."""
     if not rows:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = "".join(json.dumps(r, default=default) + "\n" for r in rows).encode()
-    with open(path, "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            _cut_torn_tail(f)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with exclusive_lock(lock_file_of(path)), open(path, "a+b") as f:
+        _cut_torn_tail(f)
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def lock_file_of(path: Path) -> Path:
+    """The lock file of a file that several processes append to: a hidden sibling. (The file itself is not
+    locked: on Windows a lock on a file's bytes stops other processes reading them.)"""
+    return path.with_name(f".{path.name}.lock")
 
 
 @contextlib.contextmanager
 def exclusive_lock(lock_file: Path, waiting: str | None = None) -> Iterator[None]:
-    """An exclusive advisory lock on `lock_file` across processes (created if missing). `waiting`: a
-    message logged when another process holds it and this one has to wait."""
-    with open(lock_file, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting:
-                logging.getLogger(__name__).info(waiting)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """An exclusive lock on `lock_file` across processes (created if missing), on every platform
+    (filelock: flock on POSIX, LockFileEx on Windows; the system drops it when its holder dies). Two
+    holders in one process (threads) exclude each other too. `waiting`: a message logged when another
+    holder has it and this one has to wait."""
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if waiting:
+            logging.getLogger(__name__).info(waiting)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _cut_torn_tail(f) -> None:
