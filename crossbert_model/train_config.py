@@ -168,8 +168,12 @@ def validate_config(cfg: TrainConfig) -> None:
 def _validate_model(m: ModelArgs) -> None:
     one_of("model.preset", m.preset, tuple(PRESETS))
     one_of("model.objective", m.objective, objective_names())
-    # the checks CrossBertConfig makes of the same values, named as this file names them
-    check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, section="model.")
+    # the checks CrossBertConfig makes of the same values, named as this file names them (config.py raises plain
+    # ValueErrors: it travels inside checkpoints without this package)
+    try:
+        check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, section="model.")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
         positive_int(f"model.{name}", getattr(m, name), optional=True)
 
