@@ -65,7 +65,8 @@ def write_portable_files(folder: str | Path, config: CrossBertConfig) -> None:
         shutil.copyfile(package_code_file(name), folder / name)
     config_file = folder / "config.json"
     saved = json.loads(config_file.read_text())
-    atomic_write_json(config_file, {**saved, "auto_map": AUTO_MAP})
+    if saved.get("auto_map") != AUTO_MAP:  # rewritten only when needed: config.json is part of the weights' fingerprint
+        atomic_write_json(config_file, {**saved, "auto_map": AUTO_MAP})
     atomic_write_json(folder / "modules.json", ST_MODULES)
     atomic_write_json(folder / "sentence_bert_config.json", {"max_seq_length": sentence_length(config), "do_lower_case": False})
     atomic_write_json(folder / "1_Pooling" / "config.json", pooling_config(config.hidden_size))
