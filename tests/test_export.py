@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
+from crossbert_eval.cli import main as cli_main
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_model.checkpoint import latest_checkpoint, read_trainer_state
 from crossbert_model.errors import USER_ERROR_EXIT
@@ -217,7 +218,7 @@ def test_export_of_a_run_writes_a_clean_folder_with_the_probe_scores_in_its_card
     "case",
     ["dest_not_empty", "no_such_source", "run_without_checkpoint", "not_our_checkpoint", "push_offline", "push_bad_id"],
 )
-def test_export_refusals_are_one_line_exit_2_and_write_nothing(case, runs, tmp_path):
+def test_export_refusals_are_one_line_exit_2_and_write_nothing(case, runs, tmp_path, monkeypatch, capsys):
     """Breaks if: an export overwrites a folder, reads something that is not one of our checkpoints, or a --push
     offline (this tool's default) writes anything or does not say how to upload."""
     run, dest = runs["mlm"], tmp_path / "out"
@@ -248,9 +249,12 @@ def test_export_refusals_are_one_line_exit_2_and_write_nothing(case, runs, tmp_p
         env = {"CROSSBERT_ONLINE": "1", "HF_HUB_OFFLINE": "0"}
         expected = "--push 'no-org': expected a Hugging Face Hub id org/name"
     before = sorted(p.name for p in tmp_path.iterdir())
-    done = crossbert_cli(*argv, env=env)
-    assert done.returncode == USER_ERROR_EXIT, done.stderr
-    lines = done.stderr.strip().splitlines()
+    for key, value in {"CROSSBERT_DEBUG": "0", **env}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit) as ended:  # the command line in this process (the subprocess path: the test above)
+        cli_main(["export", *argv])
+    assert ended.value.code == USER_ERROR_EXIT
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("crossbert export: error: ") and expected in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, no temporary left
     if case == "dest_not_empty":
