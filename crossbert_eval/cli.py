@@ -13,6 +13,7 @@
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
     crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
     crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
+    crossbert export RUN_OR_CHECKPOINT DIR     a clean folder that loads without this package; --push org/name
 """
 
 from __future__ import annotations
@@ -249,6 +250,26 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
 
 
+# -- crossbert export (crossbert_eval.export; imported in the handler: --help stays fast) ------------------------
+def _export(args: argparse.Namespace) -> None:
+    from crossbert_eval.export import export_checkpoint
+
+    done = export_checkpoint(args.source, args.dest, results_dir=args.results, push=args.push)
+    print(f"exported {done.source} -> {done.folder}: {len(done.files)} files, model card with {done.probe_rows} probe rows")
+    if done.url:
+        print(f"pushed: {done.url}")
+
+
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="a clean checkpoint folder that loads without this package (transformers, "
+                                      "sentence-transformers), with a model card; --push uploads it to the Hub")  # fmt: skip
+    p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a checkpoint folder, or a run folder (its latest complete checkpoint)")
+    p.add_argument("dest", metavar="DIR", help="a new (or empty) folder to write")
+    p.add_argument("--results", default=RESULTS_DIR, help="results store whose rows of this checkpoint go into the model card")
+    p.add_argument("--push", metavar="ORG/NAME", default=None, help="upload DIR to this Hub model repository (needs CROSSBERT_ONLINE=1)")
+    p.set_defaults(func=_export)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """A wrong option is one line (what argparse says, and where help is), exit 2: not the usage block."""
 
@@ -344,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive_int, default=128)
     p.add_argument("--vocab-size", type=_positive_int, default=8192)
     p.set_defaults(func=_presets)
+    _add_export(sub)
     return parser
 
 

@@ -3,6 +3,9 @@
     runs/<name>/checkpoints/step_0000500/
         config.json  model.safetensors      <- AutoModel.from_pretrained gives the encoder
         tokenizer.json tokenizer_config.json ...
+        config.py model.py masking.py       <- the package's model code, for users without it (auto_map)
+        modules.json sentence_bert_config.json 1_Pooling/   <- SentenceTransformer(folder) (crossbert_model.portable)
+        README.md                           <- model card (crossbert_model.model_card)
         trainer_state.json                  <- step, tokens seen, validation metrics, git revision
         optimizer.pt                        <- AdamW state (tensors only; loaded with weights_only=True)
         COMPLETE                            <- written last: the folder is whole
@@ -26,7 +29,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from .config import CrossBertConfig
+from .model_card import run_config_of, write_model_card
 from .objectives import objective_of
+from .portable import write_portable_files
 from .remote_code import from_pretrained
 from .utils import atomic_path, atomic_write_json
 from .errors import CrossbertError, quoted_os_error
@@ -79,6 +84,8 @@ def save_checkpoint(
         with atomic_path(path, is_dir=True) as tmp:
             model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
+            write_portable_files(tmp, model.config)
+            write_model_card(tmp, model.config, trainer_state, run_config_of(path), run_name_of(path))
             if optimizer_state is not None:
                 torch.save(optimizer_state, tmp / "optimizer.pt")
             atomic_write_json(tmp / "trainer_state.json", trainer_state)
@@ -86,6 +93,12 @@ def save_checkpoint(
     except (SafetensorError, RuntimeError) as e:
         raise quoted_os_error(e, path) or e from None
     return path
+
+
+def run_name_of(checkpoint: Path) -> str:
+    """runs/<name>/checkpoints/step_N -> <name>; any other folder: its own name."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent.parent.name if checkpoint.parent.name == "checkpoints" else checkpoint.name
 
 
 def _model_file(path: Path) -> Path:
@@ -144,7 +157,10 @@ def read_config(path: Path) -> CrossBertConfig:
             f"{config_file}: model_type is {data.get('model_type')!r}, expected {CrossBertConfig.model_type!r} "
             "(a checkpoint written by crossbert_model)"
         )
-    return CrossBertConfig.from_dict(data)
+    try:
+        return CrossBertConfig.from_dict(data)
+    except ValueError as e:  # a value config.py refuses (it raises plain ValueErrors: it travels inside checkpoints)
+        raise CheckpointError(f"{config_file}: {e}") from None
 
 
 def load_optimizer_state(path: Path) -> dict | None:

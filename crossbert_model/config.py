@@ -5,15 +5,18 @@ preset share every encoder hyper-parameter; `objective` says which pre-training 
 objective adds (its default mask ratio, its checks, its head's parameters and FLOPs) is the objective's
 own, in crossbert_model.objectives, which builds configs (`config_from_preset`) and counts them
 (`parameter_counts`, `training_flops_by_part`): this module knows no objective by name.
+
+This file, model.py and masking.py are copied as they are into every checkpoint (crossbert_model.portable),
+so that `AutoModel.from_pretrained(checkpoint, trust_remote_code=True)` works without this package: they
+import only the standard library, numpy, torch, transformers and each other.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from transformers import PretrainedConfig
-
-from .args import number_in, one_of, positive_number, require
 
 
 class CrossBertConfig(PretrainedConfig):
@@ -115,18 +118,35 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std=None,
                        section: str = "") -> None:
     """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
-    ConfigError (a ValueError) naming the field with `section` in front ("model." for the model section,
-    crossbert_model.train_config). A mask_ratio of None is the objective's default, checked where it is chosen."""
+    a ValueError naming the field with `section` in front ("model." for the model section, where
+    crossbert_model.train_config makes it a ConfigError). A mask_ratio of None is the objective's default,
+    checked where it is chosen."""
     if mask_ratio is not None:
-        number_in(f"{section}mask_ratio", mask_ratio, 0.0, 1.0, True, True)
-    number_in(f"{section}mlm_mask_prob", mlm_mask_prob, 0.0, 1.0, False, False)
-    number_in(f"{section}mlm_random_prob", mlm_random_prob, 0.0, 1.0, False, False)
+        _number_in(f"{section}mask_ratio", mask_ratio, 0.0, 1.0, True, True)
+    _number_in(f"{section}mlm_mask_prob", mlm_mask_prob, 0.0, 1.0, False, False)
+    _number_in(f"{section}mlm_random_prob", mlm_random_prob, 0.0, 1.0, False, False)
     # The kept share is what is left over: the two given shares cannot exceed the whole.
     expected = f"at most 1 - {section}mlm_mask_prob ({1.0 - mlm_mask_prob:g})"
-    require(mlm_mask_prob + mlm_random_prob <= 1.0 + 1e-9, f"{section}mlm_random_prob", expected, mlm_random_prob)
-    one_of(f"{section}mlp_type", mlp_type, MLP_TYPES)
-    one_of(f"{section}norm_type", norm_type, NORM_TYPES)
-    positive_number(f"{section}embedding_init_std", embedding_init_std, optional=True)
+    _require(mlm_mask_prob + mlm_random_prob <= 1.0 + 1e-9, f"{section}mlm_random_prob", expected, mlm_random_prob)
+    _require(mlp_type in MLP_TYPES, f"{section}mlp_type", "one of " + ", ".join(MLP_TYPES), mlp_type)
+    _require(norm_type in NORM_TYPES, f"{section}norm_type", "one of " + ", ".join(NORM_TYPES), norm_type)
+    if embedding_init_std is not None:
+        ok = isinstance(embedding_init_std, (int, float)) and math.isfinite(embedding_init_std) and embedding_init_std > 0
+        _require(ok, f"{section}embedding_init_std", "a positive number or null", embedding_init_std)
+
+
+# The wording of crossbert_model.args.require, written out here because this file may not import the package
+# (it travels alone inside checkpoints).
+def _require(ok: bool, name: str, expected: str, value) -> None:
+    if not ok:
+        raise ValueError(f"config field {name!r}: expected {expected}, got {value!r}")
+
+
+def _number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    _require(ok, name, f"a number in {interval}", value)
 
 
 # How far r may sit from 1 - 1/K and still mean K views: r written to three decimals (0.667 for 2/3).

@@ -10,6 +10,9 @@
 
 Rotary positions are always the token's position in the original sequence, so dropping tokens from
 the encoder input does not shift anyone's position.
+
+This file travels inside every checkpoint (crossbert_model.portable): it imports only torch, transformers,
+config.py and masking.py.
 """
 
 from __future__ import annotations

@@ -30,12 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .args import load_config
 from .errors import CrossbertError
 from .masking import random_ranks
 from .objectives import objective_of
-from .train_config import TrainConfig
-from .utils import data_root
+from .train_config import checkpoint_train_config
 
 # The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
 # gives K = 2 exact complements), so each objective is also scored at the other's working point. A run
@@ -153,25 +151,6 @@ def shared_loss_metrics(sums: dict[float, tuple[float, int]]) -> dict:
         metrics[protocol_key("shared_loss", ratio)] = total / max(count, 1)
         metrics[protocol_key("shared_targets", ratio)] = int(count)
     return metrics
-
-
-def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    """The TrainConfig of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to, from
-    the run's config.yaml (`overrides`: key=value strings as on the command line, e.g.
-    ["data.cache_dir=/elsewhere/cache"]), set to read the corpus with the checkpoint's own tokenizer."""
-    path = Path(path)
-    config_file = path.parent.parent / "config.yaml"
-    if not config_file.is_file():
-        raise SharedLossError(
-            f"{config_file}: not found; expected a checkpoint folder runs/<name>/checkpoints/step_N of a training run"
-        )
-    cfg = load_config(TrainConfig, config_file, overrides or [])
-    # The checkpoint's own tokenizer, not `data.tokenizer: train` again: today's recipe may train
-    # another vocabulary of the same size, whose ids would silently mean other words to this model.
-    cfg.data.tokenizer = str(path)
-    if "data_root" in cfg.data.corpus:
-        cfg.data.data_root = str(data_root(cfg.data.data_root))
-    return cfg
 
 
 def shared_losses_for_checkpoint(

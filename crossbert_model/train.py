@@ -65,10 +65,10 @@ from .masking import MASKING_SCHEME, RowRandom, target_ids
 from .model import Block, PredictorBlock
 from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
 from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
-from .shared_loss import checkpoint_train_config, protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
+from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
 from .errors import CrossbertError, debug_requested, exit_on_user_error
-from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, model_config, validate_config
+from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
 from .tracking import Trackers, open_trackers
 
 # The config schema is train_config's; scripts written before it had its own module import it from here.

@@ -15,12 +15,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .args import ConfigError, boolean, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
+from .args import ConfigError, boolean, load_config, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
 from .config import PRESETS, CrossBertConfig, check_model_values
 from .data import DataArgs, check_tokenizer_matches, special_token_config
 from .hardware import DTYPES
 from .objectives import config_from_preset, objective_names
 from .tracking import WANDB_MODES, tracking_problem
+from .utils import data_root
 
 
 @dataclass
@@ -185,8 +186,12 @@ def _validate_tracking(cfg: TrainConfig) -> None:
 def _validate_model(m: ModelArgs) -> None:
     one_of("model.preset", m.preset, tuple(PRESETS))
     one_of("model.objective", m.objective, objective_names())
-    # the checks CrossBertConfig makes of the same values, named as this file names them
-    check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, m.embedding_init_std, section="model.")
+    # the checks CrossBertConfig makes of the same values, named as this file names them (config.py raises plain
+    # ValueErrors: it travels inside checkpoints without this package)
+    try:
+        check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, m.embedding_init_std, section="model.")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
         positive_int(f"model.{name}", getattr(m, name), optional=True)
 
@@ -255,3 +260,22 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> CrossBertConfi
     if tokenizer is not None:
         check_tokenizer_matches(config, tokenizer, f"tokenizer {data.tokenizer!r}")
     return config
+
+
+def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """The TrainConfig of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to, from
+    the run's config.yaml (`overrides`: key=value strings as on the command line, e.g.
+    ["data.cache_dir=/elsewhere/cache"]), set to read the corpus with the checkpoint's own tokenizer."""
+    path = Path(path)
+    config_file = path.parent.parent / "config.yaml"
+    if not config_file.is_file():
+        raise ConfigError(
+            f"{config_file}: not found; expected a checkpoint folder runs/<name>/checkpoints/step_N of a training run"
+        )
+    cfg = load_config(TrainConfig, config_file, overrides or [])
+    # The checkpoint's own tokenizer, not `data.tokenizer: train` again: today's recipe may train
+    # another vocabulary of the same size, whose ids would silently mean other words to this model.
+    cfg.data.tokenizer = str(path)
+    if "data_root" in cfg.data.corpus:
+        cfg.data.data_root = str(data_root(cfg.data.data_root))
+    return cfg

@@ -455,6 +455,7 @@ def _entry_points() -> dict[str, Callable[[Path], list[str]]]:
         "zoo option": lambda t: ["zoo", str(REPO / "configs/zoo/offline.yaml"), f"out_dir={t}", "models=[]"],
         "report": lambda t: ["report", missing(t)],
         "plateau": lambda t: ["plateau", missing(t)],
+        "export": lambda t: ["export", missing(t), str(t / "exported")],
         "no command": lambda t: [],
         "unknown command": lambda t: ["trian"],
     }

@@ -67,7 +67,8 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     assert (path / "tokenizer.json").exists()
     plain = tmp_path / "plain"
     plain.touch()  # what the umask gives a file: every file of the checkpoint has it (transformers writes weights 0600)
-    assert {f.name: oct(f.stat().st_mode) for f in path.iterdir()} == {f.name: oct(plain.stat().st_mode) for f in path.iterdir()}
+    files = [f for f in path.rglob("*") if f.is_file()]  # 1_Pooling/ is a folder (sentence-transformers' layout)
+    assert {f.name: oct(f.stat().st_mode) for f in files} == {f.name: oct(plain.stat().st_mode) for f in files}
     saved = (run_dir / "config.yaml").read_text()
     assert "preset: nano" in saved
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -532,9 +533,10 @@ def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(co
 
 
 def test_the_checkpoint_scorer_names_a_folder_that_is_not_a_run_checkpoint(tmp_path):
-    from crossbert_model.shared_loss import SharedLossError, shared_losses_for_checkpoint
+    from crossbert_model.args import ConfigError
+    from crossbert_model.shared_loss import shared_losses_for_checkpoint
 
-    with pytest.raises(SharedLossError, match="config.yaml: not found"):
+    with pytest.raises(ConfigError, match="config.yaml: not found"):
         shared_losses_for_checkpoint(tmp_path / "checkpoints" / "step_0000003")
 
 

@@ -96,7 +96,7 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     assert dict(models["pooling"]) == {"MiniLM-L6": "mean", "MiniLM-L6 (hub id)": "mean", "nano-mlm": "mean", "nano-crossbert-cls": "cls"}
     st_config = "sentence-transformers:1_Pooling/config.json"
     assert models.loc["MiniLM-L6", "pooling_source"] == models.loc["MiniLM-L6 (hub id)", "pooling_source"] == st_config
-    assert models.loc["nano-mlm", "pooling_source"] == "default" and models.loc["nano-crossbert-cls", "pooling_source"] == "user"
+    assert models.loc["nano-mlm", "pooling_source"] == st_config and models.loc["nano-crossbert-cls", "pooling_source"] == "user"
 
     rows = pd.DataFrame(read_jsonl(root / "checkpoints.jsonl")).set_index("run")
     hub = rows.loc["MiniLM-L6 (hub id)"]

@@ -1,0 +1,142 @@
+"""`crossbert export RUN_OR_CHECKPOINT DIR [--push org/name]`: a clean folder of one checkpoint that loads where
+this package is not installed, and optionally its upload to the Hugging Face Hub.
+
+DIR holds the weights, config (with auto_map), tokenizer, the model code, sentence-transformers' files
+(crossbert_model.portable) and a model card with the probe scores the results store holds for this checkpoint
+(crossbert_model.model_card); not the optimizer state, the trainer state, the COMPLETE marker or any lock or
+temporary file. It is written under a temporary name and renamed when whole. A run folder means its latest
+complete checkpoint. An existing non-empty DIR is refused (export never overwrites).
+
+--push needs the network, which this tool only uses when asked (CROSSBERT_ONLINE=1): offline, the command
+refuses before writing anything and says how to upload.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from crossbert_model.checkpoint import COMPLETE_MARKER, latest_checkpoint, read_config, read_trainer_state, run_name_of
+from crossbert_model.errors import CrossbertError
+from crossbert_model.model_card import run_config_of, write_model_card
+from crossbert_model.portable import write_portable_files
+from crossbert_model.utils import ONLINE_ENV, atomic_path, online
+
+from .encoders import FrozenEncoder, hub_offline
+from .results import ResultsStore
+
+log = logging.getLogger(__name__)
+# What a checkpoint holds for training only: left out of an export.
+TRAINING_ONLY = frozenset({"optimizer.pt", "trainer_state.json", COMPLETE_MARKER})
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class ExportError(CrossbertError):
+    pass
+
+
+@dataclass
+class Exported:
+    source: Path  # the checkpoint folder exported
+    folder: Path
+    files: list[str]
+    probe_rows: int  # result rows of this checkpoint summarised in the model card
+    url: str | None = None  # where --push put it
+
+
+def checkpoint_to_export(spec: str | Path) -> Path:
+    """A checkpoint folder, or a run folder's latest complete checkpoint."""
+    path = Path(spec)
+    if not path.is_dir():
+        raise ExportError(f"{path}: no such folder (expected a run folder runs/<name> or a checkpoint folder)")
+    if not (path / "config.json").is_file() and (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise ExportError(f"{path}: the run holds no complete checkpoint yet")
+        return latest[1]
+    if path.parent.name == "checkpoints" and not (path / COMPLETE_MARKER).exists():
+        raise ExportError(f"{path}: an incomplete checkpoint (no {COMPLETE_MARKER} marker); export a complete one")
+    read_config(path)  # one line naming the file when it is not one of ours
+    return path
+
+
+def check_destination(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ExportError(f"{dest}: already exists and is not an empty folder; export writes a new folder (choose another DIR)")
+
+
+def check_push(repo_id: str, dest: Path) -> None:
+    """Refused before anything is written: a malformed id, or no network allowed."""
+    if not REPO_ID.match(repo_id):
+        raise ExportError(f"--push {repo_id!r}: expected a Hugging Face Hub id org/name")
+    if hub_offline() or not online():
+        raise ExportError(
+            f"--push {repo_id}: offline ({'HF_HUB_OFFLINE=1' if hub_offline() else ONLINE_ENV + ' is not 1'}), nothing written; "
+            f"run `crossbert export` without --push, then upload {dest} when online with `hf upload {repo_id} {dest}`, "
+            f"or run again with {ONLINE_ENV}=1 (after `hf auth login`)"
+        )
+
+
+def exported_files(checkpoint: Path) -> list[Path]:
+    """The checkpoint's files an export copies: no training state, no hidden, lock or temporary file."""
+    keep = []
+    for path in sorted(checkpoint.rglob("*")):
+        name = path.relative_to(checkpoint).as_posix()
+        hidden = any(part.startswith(".") for part in Path(name).parts)
+        if path.is_file() and not hidden and name not in TRAINING_ONLY and not name.endswith((".lock", ".tmp")):
+            keep.append(path)
+    return keep
+
+
+def rows_of_checkpoint(checkpoint: Path, results_dir: str | Path | None) -> list[dict]:
+    """Result rows of this checkpoint (the same weights fingerprint) in a results store; none without one."""
+    if results_dir is None or not (Path(results_dir) / "results.jsonl").is_file():
+        return []
+    rows = ResultsStore(results_dir).rows()
+    if not rows:
+        return []
+    fingerprint = FrozenEncoder.load(str(checkpoint)).fingerprint  # the identity every row carries
+    return [r for r in rows if r.get("model_fingerprint") == fingerprint]
+
+
+def export_checkpoint(spec: str | Path, dest: str | Path, results_dir: str | Path | None = None, push: str | None = None) -> Exported:
+    dest = Path(dest)
+    checkpoint = checkpoint_to_export(spec)
+    check_destination(dest)
+    if push:
+        check_push(push, dest)
+    config = read_config(checkpoint)
+    trainer_state = read_trainer_state(checkpoint) if (checkpoint / "trainer_state.json").is_file() else {}
+    rows = rows_of_checkpoint(checkpoint, results_dir)
+    with atomic_path(dest, is_dir=True) as tmp:
+        for path in exported_files(checkpoint):
+            target = tmp / path.relative_to(checkpoint)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        write_portable_files(tmp, config)  # a checkpoint saved before checkpoints carried them gets them here
+        write_model_card(tmp, config, trainer_state, run_config_of(checkpoint), run_name_of(checkpoint), rows)
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    exported = Exported(checkpoint, dest, files, len(rows))
+    if push:
+        exported.url = upload(dest, push)
+    return exported
+
+
+def upload(folder: Path, repo_id: str) -> str:
+    """The folder uploaded to a (new or existing) model repository of the Hub; one line when that fails."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    try:
+        api.create_repo(repo_id, repo_type="model", exist_ok=True)
+        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
+                                   commit_message=f"crossbert export of {folder.name}")  # fmt: skip
+    except (HfHubHTTPError, OSError) as e:  # OSError: no route to the hub (requests' ConnectionError is one)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ExportError(f"--push {repo_id}: the upload failed ({first}); {folder} is written: upload it with "
+                          f"`hf upload {repo_id} {folder}` once the hub is reachable and you are logged in (`hf auth login`)") from None  # fmt: skip
+    return getattr(commit, "commit_url", None) or f"https://huggingface.co/{repo_id}"
