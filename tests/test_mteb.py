@@ -337,7 +337,7 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     assert meta.release_date == datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # written by the fixture
     assert meta.license == "not specified" and meta.public_training_data == "wikipedia_en_2015"
     assert meta.training_datasets is not None and len(meta.training_datasets) == 0  # known: none of MTEB's
-    assert meta.similarity_fn_name.value == "cosine" and "PyTorch" in meta.framework and meta.n_embedding_parameters > 0
+    assert meta.similarity_fn_name == "cosine" and "PyTorch" in meta.framework and meta.n_embedding_parameters > 0
     revisions = {r.task_name: r.dataset_revision for r in model.task_results}
     assert revisions["STS17"] == mteb.get_task("STS17").metadata.revision
     assert revisions["BIOSSES"].startswith("local-") and revisions["BIOSSES"] != mteb.get_task("BIOSSES").metadata.revision
