@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from crossbert_model.utils import online
 
-from .mteb_tasks import MtebError, local_mteb_task
+from .mteb_tasks import DATA_STATUS, MtebError, data_status, local_mteb_task
 from .tasks import Task, TaskDataMissing, all_tasks, tasks_dir
 
 # Our own benchmark; any other name is looked up among mteb's benchmarks (mteb.get_benchmark).
@@ -50,19 +50,6 @@ class BenchmarkPlan:
             lines += ["", f"versioned tasks of {self.name} (.v2/.v3) and the local data:"]
             lines += [f"  {name}: {note}" for name, note in self.versions.items()]
         return "\n".join(lines)
-
-
-# How a local task's data stands to MTEB's: the key goes into every row, the words into tables.
-DATA_STATUS = {"mteb": "with MTEB's data", "differs": "with a named data difference", "variant": "as marked variants"}
-
-
-def data_status(task: Task | None) -> str:
-    spec = task.mteb if task else None
-    if spec is None:
-        return "mteb"
-    if spec.variant_of:
-        return "variant"
-    return "differs" if (spec.data_differs or spec.partial) else "mteb"
 
 
 def _hub_source(mteb_task) -> str:
@@ -113,7 +100,7 @@ def plan_benchmark(name: str, root=None) -> tuple[list, BenchmarkPlan]:
                 why = (f"{task.source_file} has splits {local.eval_splits} / subsets {local.hf_subsets}; the benchmark "
                        f"asks for {hub_task.eval_splits} / {hub_task.hf_subsets}")  # fmt: skip
             else:
-                local._eval_splits, local.hf_subsets = splits, subsets
+                local.filter_eval_splits(splits).hf_subsets = subsets
                 try:
                     local.load_data()
                 except TaskDataMissing as e:

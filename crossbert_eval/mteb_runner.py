@@ -8,7 +8,11 @@
   classes reading the files named by our task files (mteb_tasks.py); the metrics are mteb's.
 * Which tasks run, for names and benchmarks: mteb_benchmark.py. The model wrapper: mteb_encoder.py.
 * A task file whose data is not MTEB's exact data says so (`mteb.data_differs`, shown in every row and
-  table); a marked variant (`mteb.variant_of`) keeps its own name, so its scores never pass for MTEB's.
+  table, and as a `local-<digest>` dataset revision in mteb's own result file); a marked variant
+  (`mteb.variant_of`) keeps its own name, so its scores never pass for MTEB's.
+* mteb's result folder (`{out}/results/{org__name}/{revision}/...`, with model_meta.json) is what
+  `mteb.ResultCache(out).load_results(...)` reads: revision = the weights' fingerprint, non-default layer /
+  pooling / normalisation / length in mteb's experiment folders (mteb_encoder.py says how).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from sklearn.exceptions import ConvergenceWarning
 from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR
 
 from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
-from .mteb_benchmark import check_local_data, data_status, resolve_mteb_tasks
-from .mteb_tasks import MtebError
+from .mteb_benchmark import check_local_data, resolve_mteb_tasks
+from .mteb_tasks import MtebError, data_status
 from .report.text_tables import mteb_text_table
 from .results import ResultsStore, unit_key
 from .tasks import all_tasks
@@ -121,10 +125,11 @@ def run_mteb(
         # mteb's logistic regression (max_iter=100, its protocol) warns on every fit for unnormalised
         # features of small models; the warning changes nothing and buries the log.
         warnings.simplefilter("ignore", ConvergenceWarning)
+        result_cache = mteb.ResultCache(cache_path=out_dir)
         result = mteb.evaluate(
             wrapped,
             task_objects,
-            cache=mteb.ResultCache(cache_path=out_dir),
+            cache=result_cache,
             overwrite_strategy="always" if overwrite else "only-missing",
             encode_kwargs={"batch_size": batch_size},
             co2_tracker=False,
@@ -137,7 +142,7 @@ def run_mteb(
     new = [r for r in rows if not store.done(r["unit"])]
     store.remove_units({r["unit"] for r in rows} if overwrite else set())
     store.append(rows if overwrite else new)
-    log.info("mteb results: %s", out_dir / "results" / meta.name.replace("/", "__") / meta.revision)
+    log.info("mteb results: %s", result_cache.get_task_result_path(task_objects[0].metadata.name, meta).parent)
     return rows, mteb_text_table(rows, plan, wall_s=time.perf_counter() - started)
 
 
@@ -187,7 +192,9 @@ def result_rows(
                                  "local_data": type(task).__name__.startswith("Local"),
                                  "data": data_status(local_task) if local_task else "mteb",
                                  "data_differs": local_spec.data_differs if local_spec else None,
-                                 "variant_of": local_spec.variant_of if local_spec else None},  # fmt: skip
+                                 "variant_of": local_spec.variant_of if local_spec else None,
+                                 "dataset_revision": task_result.dataset_revision,
+                                 "prompts": (cost or {}).get("prompts") or None},  # fmt: skip
                     # what the task cost: mteb's evaluation time (encoding + scoring), and our encoding in this
                     # run (0 texts: every feature came from the feature cache)
                     "eval_time_s": task_result.evaluation_time,

@@ -9,10 +9,23 @@ type is one `@dataset_adapter("Type")` function.
   with top-ranked candidates) of our own, the base class of every local `Reranking` task.
 * A task file that declares `mteb.variant_of: NAME` runs under mteb's class for NAME (its evaluator and
   metrics) but keeps its own name, so its scores never pass for MTEB's (TwitterURLCorpus-lowercasedtrain).
+* How a task's local data stands to MTEB's is one fact, `data_status` ("mteb": MTEB's exact data;
+  "differs": a named difference, `mteb.data_differs` or `mteb.partial`; "variant"). A task whose data is
+  not MTEB's carries `local-<digest>` as its dataset revision (a sha256 of the data it evaluated, 16 hex
+  digits) instead of MTEB's hub revision: mteb writes it into the task's result JSON (`dataset_revision`),
+  so the file itself says the scores are not on MTEB's data, and mteb refuses to merge it with results
+  on MTEB's revision. Tasks with MTEB's data keep MTEB's revision.
+
+Private mteb members used here (mteb 2.26): `_calculate_scores` of AbsTaskClassification, overridden by
+MaterialisedLabels; mteb has no public hook for the labels it scores (its `_run_experiment` reads them
+from the dataset and passes a lazy Column). tests/test_mteb.py fails if the override stops being called.
+Eval splits are set through mteb's public `filter_eval_splits`, subsets through the public `hf_subsets`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from functools import lru_cache
 from typing import Callable
@@ -31,6 +44,57 @@ CLUSTER_SET_SIZE = 7532
 
 class MtebError(CrossbertError, ValueError):
     pass
+
+
+# How a local task's data stands to MTEB's: the key goes into every row and every result file, the
+# words into tables.
+DATA_STATUS = {"mteb": "with MTEB's data", "differs": "with a named data difference", "variant": "as marked variants"}
+
+
+def data_status(task: Task | None) -> str:
+    """'mteb' (MTEB's exact data), 'differs' (mteb.data_differs or mteb.partial) or 'variant' (mteb.variant_of)."""
+    spec = task.mteb if task else None
+    if spec is None:
+        return "mteb"
+    if spec.variant_of:
+        return "variant"
+    return "differs" if (spec.data_differs or spec.partial) else "mteb"
+
+
+def data_digest(data) -> str:
+    """sha256 (16 hex digits) of a local task's dataset as its adapter built it: splits, subsets and
+    columns, in order (Arrow tables are hashed from their IPC stream, so no row is turned into Python)."""
+    from datasets import Dataset
+
+    digest = hashlib.sha256()
+
+    def feed(node) -> None:
+        if isinstance(node, Dataset):
+            digest.update(dataset_bytes(node))
+        elif isinstance(node, dict):  # DatasetDict, subsets, RetrievalSplitData, qrels
+            for key in sorted(node, key=str):
+                digest.update(json.dumps(str(key)).encode())
+                feed(node[key])
+        else:
+            digest.update(json.dumps(node, sort_keys=True, default=str).encode())
+
+    feed(data)
+    return digest.hexdigest()[:16]
+
+
+def dataset_bytes(dataset) -> bytes:
+    import pyarrow as pa
+
+    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table.combine_chunks())
+    return sink.getvalue().to_pybytes()
+
+
+def local_revision(data) -> str:
+    """The dataset revision of a task whose data is not MTEB's (see the module docstring)."""
+    return f"local-{data_digest(data)}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -217,6 +281,10 @@ class LocalData:
             return
         spec = self.crossbert_task.mteb
         self.dataset = DATASET_ADAPTERS[spec.type](self.crossbert_task, self.data_root)
+        if data_status(self.crossbert_task) != "mteb":
+            # mteb writes metadata.revision into the result file: it must not claim MTEB's data
+            dataset = {**self.metadata.dataset, "revision": local_revision(self.dataset)}
+            self.metadata = self.metadata.model_copy(update={"dataset": dataset})
         if spec.subset:
             self.hf_subsets = [spec.subset]
         self.dataset_transform()
@@ -279,5 +347,5 @@ def local_mteb_task(task: Task, root=None, materialise_labels: bool = True):
     if spec.subset:
         instance.hf_subsets = [spec.subset]
     if spec.eval_splits:
-        instance._eval_splits = list(spec.eval_splits)
+        instance.filter_eval_splits(list(spec.eval_splits))
     return instance

@@ -27,14 +27,19 @@ def test_minilm_sts13_through_mteb_matches_published_score_offline(tmp_path, no_
 def test_the_wrapper_satisfies_mteb_protocols():
     from mteb.models import EncoderProtocol
 
-    minilm = FrozenEncoder.load("minilm")
+    minilm = FrozenEncoder.load("minilm", own_length=True)
     wrapped = make_mteb_encoder(minilm, 6, "mean", None)
     assert isinstance(wrapped, EncoderProtocol)
     meta = wrapped.mteb_model_meta
-    assert meta.name == "sentence-transformers/all-MiniLM-L6-v2" and meta.revision.endswith("-L6-mean-norm")
+    # the revision is the weights' fingerprint; the model as it runs by itself is no experiment
+    assert meta.name == "sentence-transformers/all-MiniLM-L6-v2" and meta.revision == minilm.fingerprint
+    assert meta.experiment_name is None
     # pooling None: the model's default; normalize None: the model's Normalize module
-    assert make_mteb_encoder(minilm, 6, None, None).mteb_model_meta.revision == meta.revision
-    assert make_mteb_encoder(minilm, 6, "cls", None, normalize=False).mteb_model_meta.revision.endswith("-L6-cls")
+    assert make_mteb_encoder(minilm, 6, None, None).mteb_model_meta == meta
+    other = make_mteb_encoder(minilm, 3, "cls", None, normalize=False).mteb_model_meta
+    assert other.revision == meta.revision and other.experiment_kwargs == {"layer": 3, "pooling": "cls", "normalize": False}
+    short = make_mteb_encoder(FrozenEncoder.load("minilm"), 6, None, None).mteb_model_meta  # 128 tokens, not its own 256
+    assert short.revision == meta.revision and short.experiment_name == "max_length_128"
 
 
 def test_mteb_superseded_warning_becomes_one_note_of_ours(caplog, recwarn):
@@ -291,3 +296,126 @@ def test_a_local_task_loads_through_the_adapter_of_its_type(monkeypatch, real_da
     task = local_mteb_task(get_task("STS13"), real_data_root)
     task.load_data()
     assert seen == [("STS13", real_data_root)] and len(task.dataset["test"]) == 1 and type(task).__name__.startswith("Local")
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 25: results mteb accepts (ModelMeta, revisions, prompts, data marks, private members)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_checkpoint(nano_checkpoint, tmp_path):
+    """A nano checkpoint in a run's layout (runs/<run>/checkpoints/step_N + trainer_state.json + run_info.json)."""
+    import shutil
+
+    run = tmp_path / "runs" / "tiny"
+    step = run / "checkpoints" / "step_0000020"
+    shutil.copytree(nano_checkpoint(0), step)
+    (step / "trainer_state.json").write_text(json.dumps({"step": 20, "objective": "mlm"}))
+    (step / "COMPLETE").write_text("step 20\n")
+    (run / "run_info.json").write_text(json.dumps({"data": {"corpus": "/data/wikipedia_en_2015"}}))
+    return run
+
+
+def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_checkpoint, tmp_path, no_network):
+    """What mteb's ResultCache reads back: our model's name, the weights' fingerprint as revision, every
+    ModelMeta field the leaderboard shows, MTEB's dataset revision for STS17 (MTEB's data) and a local
+    one for BIOSSES (our copy differs); another layer lands in an mteb experiment of the same revision."""
+    import datetime
+
+    import mteb
+
+    out = tmp_path / "mteb"
+    rows, _ = run_mteb(str(run_checkpoint), tasks=["STS17", "BIOSSES"], benchmark=None, out_dir=out, feature_cache=None)
+    fingerprint = rows[0]["model_fingerprint"]
+    (model,) = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False).model_results
+    assert (model.model_name, model.model_revision, model.experiment_name) == ("crossbert/tiny", fingerprint, None)
+    meta = model.model_meta
+    assert meta.n_parameters == sum(p.numel() for p in FrozenEncoder.load(str(run_checkpoint)).model.parameters())
+    config = json.loads((run_checkpoint / "checkpoints" / "step_0000020" / "config.json").read_text())
+    assert meta.embed_dim == config["hidden_size"] and meta.max_tokens == config["max_position_embeddings"] and meta.languages == ["eng-Latn"]
+    assert meta.release_date == datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # written by the fixture
+    assert meta.license == "not specified" and meta.public_training_data == "wikipedia_en_2015"
+    assert meta.training_datasets is not None and len(meta.training_datasets) == 0  # known: none of MTEB's
+    assert meta.similarity_fn_name == "cosine" and "PyTorch" in meta.framework and meta.n_embedding_parameters > 0
+    revisions = {r.task_name: r.dataset_revision for r in model.task_results}
+    assert revisions["STS17"] == mteb.get_task("STS17").metadata.revision
+    assert revisions["BIOSSES"].startswith("local-") and revisions["BIOSSES"] != mteb.get_task("BIOSSES").metadata.revision
+    assert {r["task"]: r["protocol"]["dataset_revision"] for r in rows} == revisions  # our rows say the same
+    run_mteb(str(run_checkpoint), tasks=["STS17"], benchmark=None, layer=1, out_dir=out, feature_cache=None)
+    both = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False, load_experiments="match_name")
+    assert sorted((m.model_revision, m.experiment_name or "") for m in both.model_results) == [(fingerprint, ""), (fingerprint, "layer_1")]
+
+
+def test_a_model_declaring_prompts_gets_them_when_mteb_asks_with_a_prompt_type(tmp_path, toy_variant_tasks, no_network):
+    """A sentence-transformers folder with query/document prompts: queries are encoded as 'query: <text>',
+    documents as 'passage: <text>', exactly as if the prompt were part of the text; rows record them."""
+    import numpy as np
+    from mteb.types import PromptType
+
+    from crossbert_model.data import minilm_path
+
+    folder = tmp_path / "e5-like"
+    folder.mkdir()
+    for f in minilm_path().iterdir():
+        if f.name != "config_sentence_transformers.json":
+            (folder / f.name).symlink_to(f)
+    prompts = {"query": "query: ", "document": "passage: "}
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts, "default_prompt_name": None}))
+    encoder = FrozenEncoder.load(str(folder), own_length=True)
+    wrapped = make_mteb_encoder(encoder, 6, None, None)
+    assert wrapped.mteb_model_meta.use_instructions is True
+    task = local_mteb_task(get_task("ToySciFact"), toy_variant_tasks)
+
+    def features(texts):
+        x = encoder.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    for prompt_type, prefix in ((PromptType.query, "query: "), (PromptType.document, "passage: ")):
+        got = wrapped.encode([{"text": ["aspirin prevents heart attacks"]}], task_metadata=task.metadata, hf_split="test",
+                             hf_subset="default", prompt_type=prompt_type)  # fmt: skip
+        assert np.allclose(got, features([prefix + "aspirin prevents heart attacks"]), atol=1e-5)
+        assert not np.allclose(got, features(["aspirin prevents heart attacks"]), atol=1e-3)
+    rows, _ = run_mteb(str(folder), tasks=["ToySciFact"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None,
+                       data_root=toy_variant_tasks)  # fmt: skip
+    assert all(r["protocol"]["prompts"] == prompts for r in rows)  # mteb asked with both prompt types
+
+
+TOY_CLASSIFICATION = """
+name: ToyBanking
+family: classification
+input: single
+target: class
+metrics: [accuracy]
+data: {local: toycls, format: tsv, header: false, fields: [text, label]}
+splits: {train: train.tsv, test: test.tsv}
+columns: {text: text, label: label}
+labels: [card, cash]
+eval_split: test
+probes: []
+mteb: {type: Classification, variant_of: Banking77Classification, data_differs: "toy sentences", eval_splits: [test]}
+"""
+
+
+def test_the_private_calculate_scores_override_still_takes_effect(nano_checkpoint, tmp_path, monkeypatch, no_network):
+    """mteb has no public hook for the labels its classification scores; MaterialisedLabels overrides the
+    private `_calculate_scores` (mteb 2.26). If mteb renames it or stops calling it, this fails."""
+    from crossbert_eval import mteb_tasks
+
+    tasks, data = tmp_path / "tasks", tmp_path / "data"
+    tasks.mkdir()
+    (tasks / "ToyBanking.yaml").write_text(TOY_CLASSIFICATION)
+    (data / "toycls").mkdir(parents=True)
+    train = [("my card was declined", "card"), ("the card is blocked", "card"), ("new card please", "card"),
+             ("withdraw cash at the atm", "cash"), ("the atm kept my cash", "cash"), ("cash limit per day", "cash")]  # fmt: skip
+    (data / "toycls" / "train.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in train))
+    (data / "toycls" / "test.tsv").write_text("card stopped working\tcard\nno cash from the machine\tcash\n")
+    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tasks))
+    seen = []
+    real = mteb_tasks.column_array
+    monkeypatch.setattr(mteb_tasks, "column_array", lambda values: seen.append(type(values).__name__) or real(values))
+    rows, _ = run_mteb(str(nano_checkpoint(0)), tasks=["ToyBanking"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None,
+                       data_root=data)  # fmt: skip
+    assert seen and set(seen) == {"Column"}  # mteb handed the override its lazy label column, every experiment
+    assert any(r["metric"] == "accuracy" and r["is_main"] for r in rows)
+
