@@ -162,13 +162,15 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
     per_seed = [100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]
     assert row["band"] == "min-max" and row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean(per_seed))
     assert row["err_low"] == pytest.approx(np.mean(per_seed) - min(per_seed)) and row["err_high"] == pytest.approx(max(per_seed) - np.mean(per_seed))
-    for name in ("collapse", "loss_vs_probe", "layerwise", "training"):
+    for name in ("collapse", "layerwise", "training"):
         assert f"*{name}: error bars: min–max over 2 seeds*" in md
+    assert "*loss_vs_probe: one point per run (8 runs; final checkpoint, last layer); no error bars" in md  # a run each: no spread
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")  # tables: mean, std and min / max over seeds, seeds
     assert {"SST-2:linear", "SST-2:linear_std", "SST-2:linear_min", "SST-2:linear_max", "seeds"} <= set(sizes.columns)
     bars = noise.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
     assert (bars["band"] == "min-max").all() and (bars["err_low"] > 0).all()
-    assert "SST-2:linear_std" in md.split("## Last layer vs best layer")[0]
+    mlm_tiny = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
+    assert f"{mlm_tiny['SST-2:linear']:.2f} ± {mlm_tiny['SST-2:linear_std']:.2f}" in md.split("## Last layer vs best layer")[0]
 
 
 def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
@@ -318,7 +320,7 @@ def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_o
     columns = list(sizes.columns)
     assert columns.index("STS-B:linear (centred)") == columns.index("STS-B:linear") + 1  # side by side
     assert set(pd.read_csv(root / "tables" / "comparisons.csv")["probe"]) == {"linear", "linear (centred)"}
-    assert "STS-B:linear (centred)" in md
+    assert "STS-B, linear probe (centred)" in md  # the column's header (vocabulary.label)
 
 
 def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_root):

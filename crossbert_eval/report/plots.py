@@ -84,10 +84,13 @@ LEGEND_FONT = 10  # legends at the size of the axis labels: readable, not a stri
 
 
 def figure_legend(fig, handles_by_label: dict, title: str | None = None) -> None:
-    """One legend for the whole figure, right of the panels from the top (seen with the first row), at LEGEND_FONT,
-    one entry a line (two columns past 14), handles long enough to show a line style."""
-    fig.legend(list(handles_by_label.values()), list(handles_by_label), loc="outside right upper", ncol=1 + (len(handles_by_label) > 14),
-               fontsize=LEGEND_FONT, handlelength=3.2, title=title, title_fontsize=LEGEND_FONT, frameon=False)  # fmt: skip
+    """One legend for the whole figure, below the panels, at LEGEND_FONT, in as many columns as its longest entry
+    leaves room for (a long name gets a line of its own, never squeezes the panels), handles long enough to show a
+    line style."""
+    longest = max((len(name) for name in handles_by_label), default=1)
+    ncol = max(1, min(len(handles_by_label), 6, 110 // (longest + 8)))
+    fig.legend(list(handles_by_label.values()), list(handles_by_label), loc="outside lower center", ncol=ncol, fontsize=LEGEND_FONT,
+               handlelength=3.2, title=title, title_fontsize=LEGEND_FONT, frameon=False)  # fmt: skip
 
 
 def legend_of(axes) -> dict:

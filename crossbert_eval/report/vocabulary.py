@@ -33,7 +33,7 @@ COLUMNS: Mapping[str, tuple[str, str | None]] = MappingProxyType({
     "val_loss": ("native validation loss (each objective's own task)", LOSS_UNIT),
     "shared_loss_r15": ("shared-protocol loss, r = 0.15", LOSS_UNIT),
     "shared_loss_r50": ("shared-protocol loss, r = 0.5", LOSS_UNIT),
-    "params_non_embedding": ("encoder parameters, non-embedding", "count, log"),
+    "params_non_embedding": ("non-embedding parameters", "log"),
     "train_flops": ("training compute", "FLOPs, log"),
     "corpus_tokens": ("training tokens", "corpus tokens read"),
     "relative_depth": ("relative depth", "layer / layers; 0 = embeddings"),
