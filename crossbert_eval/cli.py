@@ -11,7 +11,7 @@
                                                again (here or on machines sharing the folder), workers split it
     crossbert sweep CONFIG --submitit          a cluster job per run through submitit (SLURM; submitit.* keys)
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
-    crossbert report SWEEP_DIR                 rebuild a sweep's (or a zoo's) tables, plots and report
+    crossbert report PATH                      tables, plots and report of a sweep, a zoo or any results folder
     crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
     crossbert export RUN_OR_CHECKPOINT DIR     a clean folder that loads without this package; --push org/name
 """
@@ -207,10 +207,9 @@ def _plateau(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from crossbert_eval.report.sweep_report import build_sweep_report
-    from crossbert_eval.report.zoo_report import build_zoo_report, is_zoo
+    from crossbert_eval.report.store_report import build_report  # here: the report's imports are for this command only
 
-    report = build_zoo_report(args.sweep_dir) if is_zoo(args.sweep_dir) else build_sweep_report(args.sweep_dir)
+    report = build_report(args.sweep_dir)
     print(f"report: {report}" if report else f"{args.sweep_dir}: no scores yet; nothing written")
 
 
@@ -345,8 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. name=my_zoo max_probe_train=2000")
     p.set_defaults(func=_zoo)
 
-    p = sub.add_parser("report", help="rebuild tables, plots and report of a sweep (or zoo) folder")
-    p.add_argument("sweep_dir")
+    p = sub.add_parser("report", help="tables, plots and report of a sweep, a zoo, or any results folder (each model's layer curves)")
+    p.add_argument("sweep_dir", metavar="PATH",
+                   help="a sweep or zoo folder, or a --results folder of crossbert probe / geometry / mteb")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("plateau", help="unigram entropies (the plateau) of a sweep's runs trained before they were recorded")

@@ -162,13 +162,15 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
     per_seed = [100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]
     assert row["band"] == "min-max" and row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean(per_seed))
     assert row["err_low"] == pytest.approx(np.mean(per_seed) - min(per_seed)) and row["err_high"] == pytest.approx(max(per_seed) - np.mean(per_seed))
-    for name in ("collapse", "loss_vs_probe", "layerwise", "training"):
+    for name in ("collapse", "layerwise", "training"):
         assert f"*{name}: error bars: min–max over 2 seeds*" in md
+    assert "*loss_vs_probe: one point per run (8 runs; final checkpoint, last layer); no error bars" in md  # a run each: no spread
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")  # tables: mean, std and min / max over seeds, seeds
     assert {"SST-2:linear", "SST-2:linear_std", "SST-2:linear_min", "SST-2:linear_max", "seeds"} <= set(sizes.columns)
     bars = noise.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
     assert (bars["band"] == "min-max").all() and (bars["err_low"] > 0).all()
-    assert "SST-2:linear_std" in md.split("## Last layer vs best layer")[0]
+    mlm_tiny = sizes[(sizes["objective"] == "mlm") & (sizes["size"] == "tiny")].iloc[0]
+    assert f"{mlm_tiny['SST-2:linear']:.2f} ± {mlm_tiny['SST-2:linear_std']:.2f}" in md.split("## Last layer vs best layer")[0]
 
 
 def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
@@ -318,7 +320,7 @@ def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_o
     columns = list(sizes.columns)
     assert columns.index("STS-B:linear (centred)") == columns.index("STS-B:linear") + 1  # side by side
     assert set(pd.read_csv(root / "tables" / "comparisons.csv")["probe"]) == {"linear", "linear (centred)"}
-    assert "STS-B:linear (centred)" in md
+    assert "STS-B, linear probe (centred)" in md  # the column's header (vocabulary.label)
 
 
 def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_root):
@@ -437,7 +439,7 @@ def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monk
                            for row in _loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0)])  # fmt: skip
     plots.plot_losses(curves, tmp_path)
     for ax in figures["losses"].axes:
-        level = 7.25 if "shared_loss_r50" in ax.get_title() else 7.5
+        level = 7.25 if "r = 0.5" in ax.get_title() else 7.5
         lines = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()}
         assert lines["unigram entropy (plateau)"] == level, ax.get_title()
     # runs whose targets differ (here: another tokenizer for flat MLM) get a line each, in their colour
@@ -482,3 +484,146 @@ def test_the_page_title_and_the_empty_comparison_line_are_parameters():
     assert noise.noise_paragraph(pd.DataFrame()) == noise.NO_COMPARISONS
     plot = plots.Plot("collapse", Path("plots/collapse.png"), Path("plots/collapse.svg"), "error bars: none")
     assert markdown.plot_section([plot]) == ["![collapse](plots/collapse.png)\n\n*collapse: error bars: none*\n"]
+
+
+# -- a report a person reads (issue 25): a real Markdown renderer, plots first, one vocabulary ---------------------
+
+from crossbert_eval.report import vocabulary  # noqa: E402
+
+
+def _figures(monkeypatch) -> dict:
+    """The figures the plot functions draw, by name, before they are saved and closed."""
+    figures: dict = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, out, name, caption="": figures.setdefault(name, fig) and [])
+    return figures
+
+
+def test_the_page_is_rendered_by_a_markdown_library_and_every_table_scrolls_in_its_own_box():
+    page = markdown.render_html("Some **bold** and `code`.\n\n| a | b |\n|---|---|\n| 1 | x \\| y |\n\n<script>alert(1)</script>\n")
+    assert "<strong>bold</strong>" in page and "<code>code</code>" in page  # not `**bold**` shown literally
+    assert '<div class="table-wrap"><table>' in page and "</table></div>" in page
+    assert ".table-wrap{overflow-x:auto" in page  # a wide table scrolls inside its wrapper, not the page
+    assert "<td>x | y</td>" in page  # a pipe in a cell stays in its cell
+    assert "<script>" not in page  # raw HTML in a report's text is escaped, never run
+
+
+def test_the_plots_come_before_the_tables(sweep_root):
+    md = build_sweep_report(sweep_root, plots=["collapse"]).read_text()
+    assert md.index("## Plots") < md.index("plots/collapse.png") < md.index("\n| ")
+    page = (sweep_root / "report.html").read_text()
+    assert page.index("<img") < page.index("<table>")
+
+
+def test_table_headers_use_the_vocabulary_and_show_a_mean_with_its_spread_in_one_cell(sweep_root):
+    md = build_sweep_report(sweep_root, plots=TABLES_ONLY).read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| objective | size |"))
+    assert "| GLUE average, linear probe |" in header and "glue_linear" not in header and "_std" not in header
+    per_seed = [100 * np.mean([_score("mlm", "tiny", s, t, 4, 100) for t in ("SST-2", "STS-B")]) for s in (0, 1)]
+    assert f"{np.mean(per_seed):.2f} ± {np.std(per_seed, ddof=1):.2f}" in md
+
+
+def test_loss_vs_probe_draws_the_loss_of_each_run_against_its_probe_score(sweep_root, monkeypatch):
+    from crossbert_eval.report.loading import load_scores
+
+    figures = _figures(monkeypatch)
+    summary = tables.summarise(load_scores(sweep_root))
+    plots.plot_loss_vs_probe(summary, sweep_root / "plots", averaged={"glue_linear": ["SST-2", "STS-B"]})
+    (ax,) = [a for a in figures["loss_vs_probe"].axes]
+    final = summary[summary["is_final"]]
+    drawn = sorted(tuple(xy) for c in ax.collections for xy in c.get_offsets())
+    assert drawn == sorted(zip(final["val_loss"], final["glue_linear"]))  # one point per run: (its loss, its score)
+    assert len(drawn) == 2 * 2 * 2  # objectives x sizes x seeds
+    assert ax.get_xlabel().startswith(vocabulary.axis_label("val_loss"))
+    assert ax.get_ylabel() == "GLUE average, linear probe over 2 tasks (points)"
+    colours = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in ax.collections}
+    assert len(colours) == 2  # coloured by objective
+
+
+def test_a_panel_is_titled_by_what_it_holds_and_every_score_axis_is_named_alike(sweep_root, monkeypatch):
+    from crossbert_eval.report.loading import load_scores
+
+    figures = _figures(monkeypatch)
+    scores = load_scores(sweep_root)
+    scores = scores[scores["task"] != "Banking77Classification"]  # the MTEB average now holds one task
+    averaged = tables.averaged_tasks(scores)
+    assert averaged["mteb_avg"] == ["STSBenchmark"] and averaged["glue_linear"] == ["SST-2", "STS-B"]
+    plots.plot_collapse(tables.by_size(tables.summarise(scores)), sweep_root / "plots", averaged=averaged)
+    plots.plot_layerwise(scores, sweep_root / "plots")
+    axes = figures["collapse"].axes
+    assert [ax.get_title() for ax in axes[:2]] == ["GLUE average, linear probe over 2 tasks", "STSBenchmark (MTEB)"]
+    layer_axes = [ax for ax in figures["layerwise"].axes if ax.get_title()]
+    assert "SST-2, linear probe (main)" in [ax.get_title() for ax in layer_axes]
+    assert {ax.get_ylabel() for ax in [*axes, *layer_axes] if ax.get_ylabel()} == {vocabulary.axis_label("score")}
+
+
+def test_geometry_size_names_each_panel_s_metric_on_its_y_axis(monkeypatch):
+    figures = _figures(monkeypatch)
+    geo = pd.DataFrame([{"objective": o, "size": s, "seed": 0, "params_non_embedding": p, "task": "SST-2", "metric": m, "score": v,
+                         "is_final": True, "is_last_layer": True}
+                        for o in ("mlm", "crossbert") for s, p in (("nano", 1e5), ("tiny", 4e5)) for m, v in (("rankme", 3.0), ("uniformity", -1.0))])  # fmt: skip
+    plots.plot_geometry_size(geo, Path("unused"))
+    named = {ax.get_title(): ax.get_ylabel() for ax in figures["geometry_size"].axes if ax.get_title()}
+    assert named == {"SST-2: rankme": "rankme", "SST-2: uniformity": "uniformity"}
+    (legend,) = figures["geometry_size"].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["crossbert", "mlm"] and legend.get_texts()[0].get_fontsize() >= 10
+
+
+def test_runs_with_one_checkpoint_get_one_line_on_sample_efficiency_not_empty_rows(sweep_root):
+    checkpoints = [json.loads(line) for line in (sweep_root / "checkpoints.jsonl").read_text().splitlines()]
+    one_each = [{**c, "shared_loss_r50": 7.0 - 0.1 * c["layers"]} for c in checkpoints if c["step"] == c["total_steps"]]
+    _write_jsonl(sweep_root / "checkpoints.jsonl", one_each)
+    assert tables.sample_efficiency(loading.load_checkpoints(sweep_root)).empty
+    md = build_sweep_report(sweep_root, plots=TABLES_ONLY).read_text()
+    assert tables.ONE_CHECKPOINT_LINE in md and "## Sample efficiency (shared-protocol loss)" not in md
+
+
+# -- `crossbert report` on any results store: each model's layer curves with their intervals -----------------------
+
+
+def _probe_store(folder: Path) -> list[dict]:
+    """A `crossbert probe --results FOLDER` store of two models (what probe_runner writes: one row per task x layer,
+    with the bootstrap interval), and no sweep or zoo files."""
+    rows = []
+    for model, base in (("runs/tiny-mlm/step_000400", 0.6), ("sentence-transformers/all-MiniLM-L6-v2", 0.8)):
+        for layer in range(3):
+            value = base + 0.02 * layer
+            rows.append({"model": model, "model_fingerprint": model[-6:], "task": "SST-2", "family": "glue", "split": "validation",
+                         "probe": "linear", "feature_transform": "raw", "layer": layer, "relative_depth": layer / 2, "pooling": "mean",
+                         "seed": 0, "metric": "accuracy", "value": value, "is_main": True, "ci_low": value - 0.03, "ci_high": value + 0.01,
+                         "unit": f"{model}-{layer}"})  # fmt: skip
+    _write_jsonl(folder / "results.jsonl", rows)
+    return rows
+
+
+def test_crossbert_report_of_a_probe_results_folder_draws_each_model_s_layer_curve_with_its_interval(tmp_path, monkeypatch, capsys):
+    from crossbert_eval.cli import main
+
+    _probe_store(tmp_path)
+    main(["report", str(tmp_path)])
+    assert f"report: {tmp_path / 'report.md'}" in capsys.readouterr().out
+    assert (tmp_path / "plots" / "layers.png").stat().st_size > 1000 and (tmp_path / "report.html").is_file()
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("plots/layers.png") < md.index("\n| ")
+    assert "| runs/tiny-mlm/step_000400 | SST-2 | linear | accuracy | 60.00 [57.00, 61.00] | 62.00 [59.00, 63.00] |" in md
+    table = pd.read_csv(tmp_path / "tables" / "layers.csv")
+    assert set(table["band"]) == {"bootstrap"} and len(table) == 6
+
+    figures = _figures(monkeypatch)
+    from crossbert_eval.report import store_report
+
+    monkeypatch.setattr(store_report, "save_figure", plots.save_figure)
+    store_report.plot_model_layers(table, tmp_path / "plots")
+    (ax,) = [a for a in figures["layers"].axes if a.get_title()]
+    assert ax.get_title() == "SST-2, linear probe (accuracy)" and ax.get_xlabel() == vocabulary.axis_label("layer")
+    bars = {c.get_label(): c for c in ax.containers}
+    assert set(bars) == {"runs/tiny-mlm/step_000400", "sentence-transformers/all-MiniLM-L6-v2"}
+    segments = bars["runs/tiny-mlm/step_000400"].lines[2][0].get_segments()
+    assert [tuple(np.round(s[:, 1], 6)) for s in segments] == [(57.0, 61.0), (59.0, 63.0), (61.0, 65.0)]  # ci_low..ci_high
+
+
+def test_report_of_a_folder_without_results_is_one_clear_line(tmp_path):
+    from crossbert_eval.report.store_report import build_report
+
+    with pytest.raises(ReportError, match="no results.jsonl"):
+        build_report(tmp_path)
+    assert not (tmp_path / "report.md").exists()

@@ -4,10 +4,13 @@
     tables        the report's tables (per checkpoint, per size, plateau, last vs best layer, geometry, sample efficiency)
     noise         error bars over seeds and the tests of the report's comparisons, with their sentences
     plots         the figures; colours are passed in, each figure comes back with its caption (Plot)
-    markdown      Markdown tables and sections, the HTML page
+    vocabulary    the human name of every column, probe and axis: one home for plot labels, panel titles and table headers
+    markdown      Markdown tables and sections, the HTML page (markdown-it-py; tables scroll in their own box)
     text_tables   the plain-text tables the probe, geometry and mteb commands print
     sweep_report  a sweep folder's report (`crossbert report SWEEP_DIR`)
     zoo_report    a zoo folder's report: the same pieces, parameterised by model instead of checkpoint
+    store_report  any results store's report (each model's layer curves with intervals), and build_report, which picks
+                  the report a folder gets (`crossbert report PATH`)
 
 No module keeps state between builds: a report is a function of its folder.
 """

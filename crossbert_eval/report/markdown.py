@@ -15,25 +15,40 @@ from crossbert_model.utils import read_jsonl
 from ..results import RESULTS_FILE, duplicate_units
 from .plots import Plot
 from .tables import centring_table
+from .vocabulary import header_labels
 
 log = logging.getLogger("crossbert_eval.report")
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
+    """A Markdown table headed by the report's vocabulary (vocabulary.label). A column `x` with a neighbour `x_std`
+    becomes one column of "mean ± std" cells (just the mean where the std is empty: one seed), so tables stay narrow."""
     if df.empty:
         return "(no rows)"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    cols = [c for c in df.columns if not (str(c).endswith("_std") and str(c).removesuffix("_std") in df.columns)]
+    headers = header_labels(cols)
+    lines = ["| " + " | ".join(_cell(headers[c]) for c in cols) + " |", "|" + "---|" * len(cols)]
     for _, row in df.iterrows():
         cells = []
         for c in cols:
-            v = row[c]
-            if isinstance(v, float):
-                cells.append("" if np.isnan(v) else (f"{v:.3g}" if abs(v) >= 1e5 else floatfmt.format(v)))
-            else:
-                cells.append(str(v))
+            text = _number_text(row[c], floatfmt)
+            std = row.get(f"{c}_std") if f"{c}_std" in df.columns else None
+            if text and isinstance(std, float) and not np.isnan(std):
+                text = f"{text} ± {_number_text(std, floatfmt)}"
+            cells.append(_cell(text))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _number_text(value, floatfmt: str) -> str:
+    if isinstance(value, float):
+        return "" if np.isnan(value) else (f"{value:.3g}" if abs(value) >= 1e5 else floatfmt.format(value))
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    """A cell's text made safe for a Markdown table: a `|` would end the cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def duplicates_warning(rows: list[dict]) -> str | None:
@@ -85,40 +100,34 @@ def page_ending(root: Path, config_yaml: str, provenance: dict, tables_line: str
             "## Provenance", "", "```json", json.dumps(provenance, indent=2), "```", "", tables_line]  # fmt: skip
 
 
+# The page's look: text at a readable width, plots as wide as the page, every table inside a wrapper that scrolls
+# sideways on its own (the page never does), headers that stay visible while a long table scrolls.
+PAGE_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;line-height:1.45;color:#222}
+h1{margin-top:0}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+img{max-width:100%;height:auto;display:block;margin:.5em auto}
+.table-wrap{overflow-x:auto;max-width:100%;margin:.6em 0;border:1px solid #e3e3e3}
+table{border-collapse:collapse;font-size:12.5px;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f4f4f4;white-space:normal;min-width:4em;vertical-align:bottom}
+td:first-child,th:first-child{text-align:left}
+code{background:#f3f3f3;padding:0 .25em;border-radius:3px}
+pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}
+"""
+
+
+def _markdown_parser():
+    """CommonMark with tables (markdown-it-py), raw HTML off: a report's text is escaped, never run as markup."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.add_render_rule("table_open", lambda self, tokens, idx, options, env: '<div class="table-wrap"><table>\n')
+    md.add_render_rule("table_close", lambda self, tokens, idx, options, env: "</table></div>\n")
+    return md
+
+
 def render_html(markdown: str, title: str = "sweep report") -> str:
-    """A dependency-free rendering of the report's Markdown subset (headings, tables, images, code), as a page named `title`."""
-    out, in_code, in_table = [], False, False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            out.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-            continue
-        if in_code:
-            out.append(html.escape(line))
-            continue
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if set("".join(cells)) <= {"-"}:
-                continue
-            if not in_table:
-                out.append("<table>")
-                in_table = True
-                out.append("<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cells) + "</tr>")
-            else:
-                out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line.startswith("!["):
-            alt, src = line[2:].split("](", 1)
-            out.append(f'<p><img src="{html.escape(src.rstrip(")"))}" alt="{html.escape(alt)}" style="max-width:100%"></p>')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    if in_table:
-        out.append("</table>")
-    style = "body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}pre{background:#f6f6f6;padding:8px;overflow:auto}"
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n"
+    """The report's Markdown as an HTML page named `title` (markdown-it-py: CommonMark and tables)."""
+    body = _markdown_parser().render(markdown)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+            f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}</body></html>\n")  # fmt: skip

@@ -17,7 +17,8 @@ from crossbert_model.plateau import unigram_entropy_key_for
 
 from .loading import headline_split
 from .noise import band_caption, seed_bands, size_bands
-from .tables import TRAINING_AXES, loss_curves
+from .tables import TRAINING_AXES, loss_curves, several_checkpoints
+from .vocabulary import SCORE_UNIT, average_title, axis_label, label, panel_title
 
 # Reds for flat MLM, blue / green for CrossBERT with / without CMS (the objective names of configs/sweep/*.yaml).
 OBJECTIVE_COLORS: Mapping[str, str] = MappingProxyType({
@@ -79,6 +80,27 @@ def _lines(ax, table: pd.DataFrame, x: str, y: str, colors: Mapping[str, str]) -
     return bands
 
 
+LEGEND_FONT = 10  # legends at the size of the axis labels: readable, not a strip of small print
+
+
+def figure_legend(fig, handles_by_label: dict, title: str | None = None) -> None:
+    """One legend for the whole figure, below the panels, at LEGEND_FONT, in as many columns as its longest entry
+    leaves room for (a long name gets a line of its own, never squeezes the panels), handles long enough to show a
+    line style."""
+    longest = max((len(name) for name in handles_by_label), default=1)
+    ncol = max(1, min(len(handles_by_label), 6, 110 // (longest + 8)))
+    fig.legend(list(handles_by_label.values()), list(handles_by_label), loc="outside lower center", ncol=ncol, fontsize=LEGEND_FONT,
+               handlelength=3.2, title=title, title_fontsize=LEGEND_FONT, frameon=False)  # fmt: skip
+
+
+def legend_of(axes) -> dict:
+    """label -> handle over every panel of a figure, each label once."""
+    legend: dict = {}
+    for ax in axes:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    return legend
+
+
 def log_x_axis(ax) -> None:
     """Log x axis (call after plotting), labelled at 1 and 3 x 10^k when it spans under 3 decades, so a
     short axis still gets several labels; minor-tick labels (2x10^12, 3x10^12, ...) would overlap."""
@@ -101,26 +123,27 @@ def pyplot():
     return plt
 
 
-def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
+def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, averaged: Mapping[str, list[str]] | None = None,
+                  ) -> list[Plot]:  # fmt: skip
+    """Score against size and against compute, a column of panels per score; `averaged` (tables.averaged_tasks): the
+    tasks behind each average column, so a panel is titled by what it holds."""
     plt = pyplot()
-
     columns = [c for c in ("glue_linear", "glue_knn", "mteb_avg") if c in sizes.columns]
     if not columns:
         return []
-    titles = {"glue_linear": "linear probe (GLUE avg)", "glue_knn": "kNN probe (GLUE avg)", "mteb_avg": "MTEB average"}
-    fig, axes = plt.subplots(2, len(columns), figsize=(4.6 * len(columns), 7.5), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(2, len(columns), figsize=(4.8 * len(columns), 8), squeeze=False, layout="constrained")
     bands = set()
     for j, col in enumerate(columns):
-        for i, (x, xlabel) in enumerate((("params_non_embedding", "encoder parameters, non-embedding (count, log)"),
-                                         ("train_flops", "training compute (FLOPs, log)"))):  # fmt: skip
+        title = average_title(col, list((averaged or {}).get(col, [])))
+        for i, x in enumerate(("params_non_embedding", "train_flops")):
             ax = axes[i, j]
             bands |= _lines(ax, sizes, x, col, colors)
             log_x_axis(ax)
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(f"{titles[col]} (score, %)")
+            ax.set_xlabel(axis_label(x))
+            ax.set_ylabel(axis_label("score"))  # the panel's title names the score
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        axes[0, j].set_title(f"frozen {titles[col]}")
+        axes[0, j].set_title(title)
+    figure_legend(fig, legend_of(axes.flat), title="objective")
     caption = band_caption(bands)
     fig.suptitle(f"Representation scaling: frozen probe score vs model size and training compute (last layer, final checkpoint)\n{caption}")
     return save_figure(fig, out, "collapse", caption)
@@ -150,38 +173,40 @@ def _draw_levels(ax, levels: list[tuple[float, str, str]]) -> None:
         ax.axhline(y, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=label)
 
 
-def plot_loss_vs_probe(sizes: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
-                       ) -> list[Plot]:  # fmt: skip
-    """Loss against probe score. Objectives are put side by side by the shared-protocol loss (the same
-    masks, pure [MASK] for MLM, visible-only encoder for CrossBERT); each objective's native validation
-    loss is a different task and is used only where a sweep predates the shared loss. The loss panel
-    draws the unigram entropy of the same targets (from `checkpoints`), the plateau."""
+def plot_loss_vs_probe(summary: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
+                       averaged: Mapping[str, list[str]] | None = None) -> list[Plot]:  # fmt: skip
+    """Pre-training loss (x) against frozen probe score (y), one point per run (final checkpoint, last layer;
+    `summary`: tables.summarise), colour = objective, marker = size. Objectives are put side by side by the
+    shared-protocol loss (the same masks, pure [MASK] for MLM, visible-only encoder for CrossBERT); each
+    objective's native validation loss is a different task and is used only where a sweep predates the shared
+    loss. A vertical line marks the unigram entropy of the same targets (from `checkpoints`), the plateau."""
     plt = pyplot()
-    probe_col = next((c for c in ("glue_linear", "mteb_avg", "glue_knn") if c in sizes.columns), None)
-    loss_col = next((c for c in (SHARED_LOSS_R50, "val_loss") if c in sizes.columns and sizes[c].notna().any()), None)
+    from matplotlib.lines import Line2D
+
+    final = summary[summary["is_final"]] if len(summary) else summary
+    probe_col = next((c for c in ("glue_linear", "mteb_avg", "glue_knn") if c in final.columns and final[c].notna().any()), None)
+    loss_col = next((c for c in (SHARED_LOSS_R50, "val_loss") if c in final.columns and final[c].notna().any()), None)
     if probe_col is None or loss_col is None:
         return []
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
-    bands = _lines(a, sizes, "params_non_embedding", loss_col, colors)
-    _draw_levels(a, plateau_levels(checkpoints if checkpoints is not None else pd.DataFrame(), loss_col, colors))
-    log_x_axis(a)
-    a.set_xlabel("encoder parameters, non-embedding (count, log)")
-    a.set_ylabel("masked-token loss (nats)")
-    if loss_col == SHARED_LOSS_R50:
-        a.set_title("shared-protocol loss, r = 0.5 (the same masks for both objectives:\ncomparable across objectives)", fontsize=9)
-    else:
-        a.set_title("native validation loss (MLM: 15% of tokens; CrossBERT: r of tokens,\nnot comparable across objectives)", fontsize=9)
-    a.grid(alpha=0.3)
-    a.legend(fontsize=8)
-    bands |= _lines(b, sizes, "params_non_embedding", probe_col, colors)
-    log_x_axis(b)
-    b.set_xlabel("encoder parameters, non-embedding (count, log)")
-    b.set_ylabel(f"{probe_col} (score, %)")
-    b.set_title("frozen probe score", fontsize=9)
-    b.grid(alpha=0.3)
-    b.legend(fontsize=8)
-    caption = band_caption(bands)
-    fig.suptitle(f"Better pre-training loss, better frozen features?\n{caption}")
+    runs = final.dropna(subset=[probe_col, loss_col])
+    sizes = list(dict.fromkeys(runs.sort_values("params_non_embedding")["size"]))
+    fig, ax = plt.subplots(figsize=(8.5, 5.2), layout="constrained")
+    for (objective, size), points in runs.groupby(["objective", "size"]):
+        marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)][1]
+        ax.scatter(points[loss_col], points[probe_col], s=46, marker=marker, color=color_for(objective, colors), edgecolor="black", linewidth=0.4)
+    for level, name, color in plateau_levels(checkpoints if checkpoints is not None else pd.DataFrame(), loss_col, colors):
+        ax.axvline(level, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=name)
+    title = average_title(probe_col, list((averaged or {}).get(probe_col, [])))
+    ax.set_xlabel(axis_label(loss_col) + ("; lower is better" if loss_col == SHARED_LOSS_R50 else "; not comparable across objectives"))
+    ax.set_ylabel(f"{title} ({SCORE_UNIT})")
+    ax.grid(alpha=0.3)
+    legend = {objective: Line2D([], [], ls="", marker="o", ms=8, color=color_for(objective, colors)) for objective in sorted(runs["objective"].unique())}
+    legend |= {size: Line2D([], [], ls="", marker=SIZE_STYLES[i % len(SIZE_STYLES)][1], ms=8, color="#555") for i, size in enumerate(sizes)}
+    legend |= legend_of([ax])
+    ax.legend(list(legend.values()), list(legend), fontsize=LEGEND_FONT, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+              title="colour: objective\nmarker: size", title_fontsize=LEGEND_FONT)  # fmt: skip
+    caption = f"one point per run ({len(runs)} runs; final checkpoint, last layer); no error bars: each point is one run"
+    fig.suptitle(f"Better pre-training loss, better frozen features?\n{label(loss_col)} against {title}")
     return save_figure(fig, out, "loss_vs_probe", caption)
 
 
@@ -189,7 +214,7 @@ SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("-
 
 
 def panel_grid(
-    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str = "score (%)",
+    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str | None = None,
     log_x: bool = False, levels: dict | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
 ) -> list[Plot]:  # fmt: skip
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
@@ -217,43 +242,44 @@ def panel_grid(
         _draw_levels(ax, (levels or {}).get((first, second), []))
         if log_x:
             log_x_axis(ax)
-        what = f" ({sub['metric'].iloc[0]})" if panel[1] != "metric" and "metric" in sub else ""
-        ax.set_title(f"{first} - {second}{what}", fontsize=9)
+        ax.set_title(_panel_name(panel, first, second, sub), fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(ylabel or (second if panel[1] == "metric" else axis_label("score")))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    legend = {}
-    for ax in axes.flat:
-        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    runs = [label for label in legend if label.rsplit(" ", 1)[-1] in sizes]  # "objective size"; reference lines last
-    labels = sorted(runs, key=lambda label: (label.rsplit(" ", 1)[0], sizes.index(label.rsplit(" ", 1)[1])))
-    labels += [label for label in legend if label not in runs]
-    fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=8)
+    legend = legend_of(axes.flat)
+    runs = [name for name in legend if name.rsplit(" ", 1)[-1] in sizes]  # "objective size"; reference lines last
+    names = sorted(runs, key=lambda name: (name.rsplit(" ", 1)[0], sizes.index(name.rsplit(" ", 1)[1])))
+    names += [name for name in legend if name not in runs]
+    figure_legend(fig, {name: legend[name] for name in names})
     caption = band_caption(drawn)
     fig.suptitle(f"{title}\n{caption}")
     return save_figure(fig, out, name, caption)
 
 
+def _panel_name(panel: tuple, first, second, rows: pd.DataFrame) -> str:
+    """A panel's title in the report's vocabulary: "SST-2, kNN probe (accuracy)", "SST-2: rankme", a loss by its name."""
+    if panel == ("task", "probe"):
+        return panel_title(first, second, rows["metric"].iloc[0] if "metric" in rows else None)
+    if panel[0] == "loss":
+        return f"{label(first)}\n({second})"
+    return f"{first}: {second}"
+
+
 def plot_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
     final = headline_split(scores[scores["is_main"] & scores["is_final"]])
-    return panel_grid(final, "relative_depth", "relative depth (layer / layers; 0 = embeddings)",
-                       "Layer-wise frozen probe score (final checkpoints)", out, "layerwise", colors=colors)  # fmt: skip
-
-
-def _along_training(df: pd.DataFrame) -> bool:
-    """Whether some run has two or more checkpoints: a curve to draw against tokens or FLOPs."""
-    return len(df) > 0 and df.groupby(["objective", "size", "seed"])["step"].nunique().max() >= 2
+    return panel_grid(final, "relative_depth", axis_label("relative_depth"), "Layer-wise frozen probe score (final checkpoints)", out,
+                      "layerwise", colors=colors)  # fmt: skip
 
 
 def plot_training(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
     last = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
-    if not _along_training(last):
+    if not several_checkpoints(last):
         return []
     plots = []
-    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(last, x, xlabel, "Frozen probe score along training (last layer)", out, f"training{suffix}", log_x=log_x,
+    for x, (suffix, log_x) in TRAINING_AXES.items():
+        plots += panel_grid(last, x, axis_label(x), "Frozen probe score along training (last layer)", out, f"training{suffix}", log_x=log_x,
                             colors=colors)  # fmt: skip
     return plots
 
@@ -262,13 +288,13 @@ def plot_losses(checkpoints: pd.DataFrame, out: Path, colors: Mapping[str, str] 
     """Native and shared-protocol masked-token losses against tokens and against FLOPs, each panel with
     the unigram entropy of its targets (the plateau) as a horizontal line."""
     curves = loss_curves(checkpoints)
-    if not _along_training(curves):
+    if not several_checkpoints(curves):
         return []
     panels = curves[["loss", "protocol"]].drop_duplicates().itertuples(index=False)
     levels = {(loss, protocol): plateau_levels(checkpoints, loss, colors) for loss, protocol in panels}
     plots = []
-    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(curves, x, xlabel, "Masked-token loss along training (compare objectives by the shared protocol)", out,
+    for x, (suffix, log_x) in TRAINING_AXES.items():
+        plots += panel_grid(curves, x, axis_label(x), "Masked-token loss along training (compare objectives by the shared protocol)", out,
                              f"losses{suffix}", panel=("loss", "protocol"), ylabel="cross-entropy (nats)", log_x=log_x,
                             levels=levels, colors=colors)  # fmt: skip
     return plots
@@ -277,21 +303,20 @@ def plot_losses(checkpoints: pd.DataFrame, out: Path, colors: Mapping[str, str] 
 def plot_geometry_training(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
     """Each geometry metric of the last layer along training, against tokens and against FLOPs."""
     last = geo[geo["is_last_layer"]] if len(geo) else geo
-    if not _along_training(last):
+    if not several_checkpoints(last):
         return []
     plots = []
-    for x, (xlabel, suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(last, x, xlabel, "Last-layer representation geometry along training", out, f"geometry_training{suffix}",
-                             panel=("task", "metric"), ylabel="metric value", log_x=log_x, colors=colors)  # fmt: skip
+    for x, (suffix, log_x) in TRAINING_AXES.items():
+        plots += panel_grid(last, x, axis_label(x), "Last-layer representation geometry along training", out, f"geometry_training{suffix}",
+                            panel=("task", "metric"), log_x=log_x, colors=colors)  # fmt: skip
     return plots
 
 
 def plot_geometry_depth(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
     """Each geometry metric against relative depth, a line per (objective, size), final checkpoints."""
     final = geo[geo["is_final"]] if len(geo) else geo
-    return panel_grid(final, "relative_depth", "relative depth (layer / layers; 0 = embeddings)",
-                       "Representation geometry by layer (final checkpoints)", out, "geometry_depth",
-                       panel=("task", "metric"), ylabel="metric value", colors=colors)  # fmt: skip
+    return panel_grid(final, "relative_depth", axis_label("relative_depth"), "Representation geometry by layer (final checkpoints)", out,
+                      "geometry_depth", panel=("task", "metric"), colors=colors)  # fmt: skip
 
 
 def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
@@ -301,9 +326,9 @@ def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] =
     if last.empty or last["params_non_embedding"].nunique() < 2:
         return []
     panels = sorted(last.groupby(["task", "metric"]).groups)
-    cols = min(5, len(panels))
+    cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, 3.2 * rows + 0.6), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 1.0), squeeze=False, layout="constrained")
     drawn = set()
     for ax, (task, metric) in zip(axes.flat, panels):
         sub = last[(last["task"] == task) & (last["metric"] == metric)]
@@ -312,12 +337,13 @@ def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] =
             drawn |= set(line["band"])
             ax.errorbar(line["params_non_embedding"], line["mean"], yerr=error_bars(line), marker="o", capsize=3, color=color_for(objective, colors), label=objective)
         log_x_axis(ax)
-        ax.set_title(f"{task} - {metric}", fontsize=9)
-        ax.set_xlabel("non-embedding parameters (log)", fontsize=8)
+        ax.set_title(f"{task}: {metric}", fontsize=10)
+        ax.set_xlabel(axis_label("params_non_embedding"))
+        ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
+    figure_legend(fig, legend_of(axes.flat), title="objective")
     caption = band_caption(drawn)
     fig.suptitle(f"Last-layer representation geometry vs model size (final checkpoints)\n{caption}")
     return save_figure(fig, out, "geometry_size", caption)

@@ -26,7 +26,8 @@ from .markdown import centring_section, duplicates_warning, markdown_table, page
 from .noise import comparisons, methods_paragraph, noise_paragraph
 from .plots import (Plot, check_plot_names, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
-from .tables import by_size, geometry_seed_table, layer_best, plateau_table, sample_efficiency, summarise
+from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
+                     several_checkpoints, summarise)  # fmt: skip
 
 log = logging.getLogger("crossbert_eval.report")
 
@@ -34,8 +35,8 @@ log = logging.getLogger("crossbert_eval.report")
 # Each plot of a sweep report by name, with the function that draws it (training, losses and geometry_training draw
 # two files each: against tokens and against FLOPs, the second suffixed _flops).
 SWEEP_PLOTS = {
-    "collapse": lambda d: plot_collapse(d.sizes, d.out),
-    "loss_vs_probe": lambda d: plot_loss_vs_probe(d.sizes, d.out, d.checkpoints),
+    "collapse": lambda d: plot_collapse(d.sizes, d.out, averaged=d.averaged),
+    "loss_vs_probe": lambda d: plot_loss_vs_probe(d.summary, d.out, d.checkpoints, averaged=d.averaged),
     "layerwise": lambda d: plot_layerwise(d.scores, d.out),
     "training": lambda d: plot_training(d.scores, d.out),
     "losses": lambda d: plot_losses(d.checkpoints, d.out),
@@ -77,7 +78,8 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
-    data = SimpleNamespace(sizes=sizes, scores=scores, checkpoints=checkpoints, geo=geo, out=root / "plots")
+    data = SimpleNamespace(sizes=sizes, summary=summary, scores=scores, checkpoints=checkpoints, geo=geo, averaged=averaged_tasks(scores),
+                           out=root / "plots")  # fmt: skip
     drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
     md = render_sweep_markdown(root, sizes, summary, scores, drawn, duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
@@ -106,18 +108,21 @@ def render_sweep_markdown(
         "",
         *([f"**{warning}**", ""] if warning else []),
         "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
-        "`glue_*` averages the GLUE tasks probed; `mteb_*` averages mteb's main scores (by task type, and overall).",
-        "`val_loss` is the masked-token cross-entropy of each objective on its own task (MLM at its ratio with BERT's "
-        "80/10/10, CrossBERT at its mask ratio): it ranks sizes within an objective, not objectives against each other. "
-        "`shared_loss_r15` / `shared_loss_r50` are the shared-protocol losses (crossbert_model/shared_loss.py: the same "
-        "seeded masks at 15% / 50%, every selected token [MASK] for MLM, only the unselected tokens visible to CrossBERT's "
-        "encoder): compare objectives by these.",
         "",
+        "## Plots",
+        "",
+        *plot_section(plots),
         "## Final checkpoints by size",
+        "",
+        "A GLUE average averages the GLUE tasks probed; an MTEB average averages mteb's main scores (by task type, and overall). "
+        "The native validation loss is the masked-token cross-entropy of each objective on its own task (MLM at its ratio with "
+        "BERT's 80/10/10, CrossBERT at its mask ratio): it ranks sizes within an objective, not objectives against each other. "
+        "The shared-protocol losses (r = 0.15, r = 0.5; crossbert_model/shared_loss.py: the same seeded masks at 15% / 50%, "
+        "every selected token [MASK] for MLM, only the unselected tokens visible to CrossBERT's encoder): compare objectives by these.",
         "",
         markdown_table(shown),
         "",
-        "`*_std`: standard deviation over seeds (empty with one seed); `seeds`: how many seeds each mean averages.",
+        "Each score: mean ± standard deviation over seeds (the mean alone with one seed); `seeds`: how many seeds each mean averages.",
         "",
         "## Last layer vs best layer (final checkpoints)",
         "",
@@ -142,19 +147,12 @@ def render_sweep_markdown(
         "",
         markdown_table(compared),
         "",
-        *(["## Sample efficiency (shared-protocol loss)", "",
-           "Corpus tokens each objective needs to reach the reference objective's final shared-protocol loss "
-           "(seed means, interpolated in log tokens between checkpoints, never extrapolated: `note` says when the target "
-           "lies below the first checkpoint or was not reached). `flops_ratio` is the same in training FLOPs.", "", markdown_table(efficiency, floatfmt="{:.3f}"), ""]
-          if len(efficiency) else []),  # fmt: skip
+        *_efficiency_section(efficiency, summary),
         *(["## Representation geometry (final checkpoints, last layer)", "",
            "Mean and std over seeds of each metric of crossbert_eval.geometry on the tasks' evaluation texts "
            "(pair tasks: both sentences, each encoded alone).", "", *centring_section(geometry),
            markdown_table(geometry, floatfmt="{:.4f}"), ""]
           if len(geometry) else []),  # fmt: skip
-        "## Plots",
-        "",
-        *plot_section(plots),
         "## Every checkpoint",
         "",
         markdown_table(summary.drop(columns=["total_steps"], errors="ignore")),
@@ -164,6 +162,19 @@ def render_sweep_markdown(
                      "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
     ]
     return "\n".join(parts) + "\n"
+
+
+def _efficiency_section(efficiency: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """The sample-efficiency table, or one line saying why there is none (runs with one checkpoint each)."""
+    if len(efficiency):
+        return ["## Sample efficiency (shared-protocol loss)", "",
+                "Corpus tokens each objective needs to reach the reference objective's final shared-protocol loss "
+                "(seed means, interpolated in log tokens between checkpoints, never extrapolated: `note` says when the target "
+                "lies below the first checkpoint or was not reached). `flops_ratio` is the same in training FLOPs.", "",
+                markdown_table(efficiency, floatfmt="{:.3f}"), ""]  # fmt: skip
+    if len(summary) and not several_checkpoints(summary):
+        return ["## Sample efficiency", "", ONE_CHECKPOINT_LINE, ""]
+    return []
 
 
 def _objectives_compared(reference: str | None) -> str:

@@ -16,26 +16,36 @@ from .noise import not_comparable, plateau_runs, seed_bands
 GLUE_PROBES = ("linear", "knn")
 
 
-def summarise(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages, MTEB averages by type."""
+def _score_columns(scores: pd.DataFrame):
+    """(column, rows) of each score column of the summary: the GLUE averages per probe, the MTEB averages (per task
+    type and overall) and one column per task x probe; rows: the last layer's main-metric rows it averages."""
     main = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
-    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
-           *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
-    parts = []
     for probe in GLUE_PROBES:
         sub = main[(main["probe"] == probe) & (main["family"] == "glue")]
         if len(sub):
-            parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"glue_{probe}"))
+            yield f"glue_{probe}", sub
     mteb = main[main["probe"] == "mteb"]
     if len(mteb):
         for family, sub in mteb.groupby("family"):
-            parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"mteb_{family.split(':', 1)[1].lower()}"))
-        parts.append(mteb.groupby(ids, dropna=False)["score"].mean().rename("mteb_avg"))
+            yield f"mteb_{family.split(':', 1)[1].lower()}", sub
+        yield "mteb_avg", mteb
     for (task, probe), sub in main.groupby(["task", "probe"]):
-        parts.append(sub.groupby(ids, dropna=False)["score"].mean().rename(f"{task}:{probe}"))
+        yield f"{task}:{probe}", sub
+
+
+def summarise(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages, MTEB averages by type."""
+    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
+           *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
+    parts = [sub.groupby(ids, dropna=False)["score"].mean().rename(column) for column, sub in _score_columns(scores)]
     if not parts:
         return pd.DataFrame()
     return pd.concat(parts, axis=1).reset_index().sort_values(["objective", "params_non_embedding", "step"])
+
+
+def averaged_tasks(scores: pd.DataFrame) -> dict[str, list[str]]:
+    """The tasks behind each score column of summarise (`mteb_avg` -> ["STSBenchmark"]): what a panel of it holds."""
+    return {column: sorted(sub["task"].unique()) for column, sub in _score_columns(scores)}
 
 
 def by_size(summary: pd.DataFrame) -> pd.DataFrame:
@@ -76,11 +86,22 @@ def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# The two x axes of every along-training plot: sample efficiency (corpus tokens) and compute (FLOPs).
+# The two x axes of every along-training plot: sample efficiency (corpus tokens) and compute (FLOPs), each with the
+# suffix of its plot's file and whether its axis is logarithmic (their names: vocabulary.axis_label).
 TRAINING_AXES = {
-    "corpus_tokens": ("training tokens (corpus tokens read)", "", False),
-    "train_flops": ("training FLOPs (log scale)", "_flops", True),
+    "corpus_tokens": ("", False),
+    "train_flops": ("_flops", True),
 }
+
+
+def several_checkpoints(df: pd.DataFrame) -> bool:
+    """Whether some run has two or more checkpoints: a curve to draw against tokens or FLOPs, a budget to interpolate."""
+    return len(df) > 0 and df.groupby(["objective", "size", "seed"])["step"].nunique().max() >= 2
+
+
+# What the report says instead of a sample-efficiency table when no run has a curve to interpolate on.
+ONE_CHECKPOINT_LINE = ("Sample efficiency (corpus tokens each objective needs to reach another's loss) needs several checkpoints "
+                       "per run, to interpolate between; these runs have one each (the sweep config's `checkpoint_fractions` lists the steps kept).")  # fmt: skip
 
 
 def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -117,7 +138,7 @@ def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, pl
     is tokens_ratio = 2 for CrossBERT without CMS against CrossBERT with it). A pair with a run on the
     unigram plateau (`plateau`: plateau_table) says so in `note`."""
     curves = loss_curves(checkpoints)
-    if curves.empty or loss not in set(curves["loss"]):
+    if curves.empty or loss not in set(curves["loss"]) or not several_checkpoints(curves):
         return pd.DataFrame()
     curves = curves[curves["loss"] == loss]
     mean = curves.groupby(["objective", "size", "step", *TRAINING_AXES], as_index=False)["score"].mean()

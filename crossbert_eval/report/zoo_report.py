@@ -23,9 +23,10 @@ from ..results import ResultsStore
 from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, read_result_rows, with_probe_variants
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands
-from .plots import (OBJECTIVE_COLORS, Plot, check_plot_names, color_for, error_bars, log_x_axis, panel_grid, plot_geometry_depth, plot_geometry_size,
-                    pyplot, save_figure)  # fmt: skip
+from .plots import (OBJECTIVE_COLORS, Plot, check_plot_names, color_for, error_bars, figure_legend, legend_of, log_x_axis, panel_grid,
+                    plot_geometry_depth, plot_geometry_size, pyplot, save_figure)  # fmt: skip
 from .tables import geometry_seed_table, layer_best, summarise
+from .vocabulary import axis_label, panel_title
 
 log = logging.getLogger("crossbert.zoo")
 
@@ -171,17 +172,15 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
                             fontsize=6, color="#555")  # fmt: skip
         log_x_axis(ax)
         ax.margins(x=0.1, y=0.12)
-        ax.set_title(f"{task} - {probe} ({sub['metric'].iloc[0]})", fontsize=9)
-        ax.set_xlabel("non-embedding parameters (counted from the loaded model, log)", fontsize=8)
-        ax.set_ylabel("score (%)")
+        ax.set_title(panel_title(task, probe, sub["metric"].iloc[0]), fontsize=10)
+        ax.set_xlabel(axis_label("params_non_embedding"))
+        ax.set_ylabel(axis_label("score"))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    legend: dict = {}
-    for ax in axes.flat:
-        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    labels = sorted(legend, key=lambda label: (label.rsplit(": ", 1)[0], label.endswith("best layer")))  # a family's two lines together
-    fig.legend([legend[label] for label in labels], labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=8)
+    legend = legend_of(axes.flat)
+    names = sorted(legend, key=lambda name: (name.rsplit(": ", 1)[0], name.endswith("best layer")))  # a family's two lines together
+    figure_legend(fig, {name: legend[name] for name in names})
     caption = band_caption(drawn) + "; dashed: each model's best layer (chosen on the reported split)"
     fig.suptitle(f"Frozen probe score vs model size, one line per family (last layer solid, best layer dashed)\n{caption}")
     return save_figure(fig, out, "collapse", caption)
@@ -189,7 +188,7 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
 
 def plot_zoo_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]) -> list[Plot]:
     main = headline_split(scores[scores["is_main"]]) if len(scores) else scores
-    return panel_grid(_plot_names(main), "relative_depth", "relative depth (layer / layers; 0 = embeddings)",
+    return panel_grid(_plot_names(main), "relative_depth", axis_label("relative_depth"),
                       "Layer-wise frozen probe score by relative depth (colour: family)", out, "layerwise", colors=colors)  # fmt: skip
 
 
@@ -245,12 +244,16 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         f"# Zoo report: {root.name}",
         "",
         *([f"**{warning}**", ""] if warning else []),
-        "Frozen encoders probed with the sweep's machinery. Scores are points (x100) of each task's main metric, on each task's "
-        "reported split (GLUE dev, SentEval / mteb test). `family` is the zoo's label (the line in the size plots); parameters are "
-        "counted from the loaded model: `params_non_embedding` (the x axis) excludes the embedding tables and a BERT pooler, "
-        "which computes none of the probed hidden states; `params_total` is everything the checkpoint holds.",
+        "Frozen encoders probed with the sweep's machinery; scores are points (x100) of each task's main metric.",
         "",
+        "## Plots",
+        "",
+        *plot_section(plots),
         "## Models",
+        "",
+        "Scores are on each task's reported split (GLUE dev, SentEval / mteb test). `family` is the zoo's label (the line in the size plots); parameters are "
+        "counted from the loaded model: the non-embedding count (the x axis) excludes the embedding tables and a BERT pooler, "
+        "which computes none of the probed hidden states; `params_total` is everything the checkpoint holds.",
         "",
         markdown_table(models),
         "",
@@ -261,7 +264,7 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         "",
         markdown_table(summary),
         "",
-        "`glue_*` averages the GLUE tasks probed; `mteb_*` averages mteb's main scores (by task type, and overall).",
+        "A GLUE average averages the GLUE tasks probed; an MTEB average averages mteb's main scores (by task type, and overall).",
         "",
         "## Last layer vs best layer",
         "",
@@ -280,9 +283,6 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         "",
         *(["## Representation geometry (last layer)", "", *centring_section(geometry, "value"),
            markdown_table(geometry, floatfmt="{:.4f}"), ""] if len(geometry) else []),
-        "## Plots",
-        "",
-        *plot_section(plots),
         *page_ending(root, config, provenance(),
                      "Tables: `tables/models.csv`, `tables/scores.csv` (every score row joined with its model), `tables/summary.csv`, "
                      "`tables/last_vs_best.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
