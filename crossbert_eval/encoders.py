@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import crossbert_model  # noqa: F401  (registers the crossbert model type with AutoModel)
+import crossbert_model.model  # noqa: F401  (registers the crossbert model type with AutoModel)
 from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS

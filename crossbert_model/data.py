@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, read_jsonl, stable_hash
 from .errors import CrossbertError, one_line
 from .remote_code import from_pretrained
+from .data_args import DataArgs  # noqa: F401  (its home: data_args.py, importable without torch)
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +57,6 @@ HUB_ADVICE = "commands run offline unless CROSSBERT_ONLINE=1 is set; online, che
 
 class DataError(CrossbertError, ValueError):
     """Bad input data: the message names the file, the line/field and what was expected."""
-
-
-@dataclass
-class DataArgs:
-    corpus: str = "${data_root}/wikipedia_en_2015"
-    text_field: str = "text"
-    tokenizer: str = "train"  # "train" (WordPiece on the corpus) | "minilm" | path to a tokenizer folder
-    vocab_size: int = 8192  # for a trained tokenizer
-    seq_len: int = 128
-    val_fraction: float = 0.02  # of documents
-    split_seed: int = 1234
-    max_documents: int | None = None  # read only the first N documents (quick experiments, tests)
-    cache_dir: str = "runs/cache"
-    data_root: str | None = None
-    num_workers: int | None = None  # tokenization processes; None: every core this process may run on
-    # run the Python a tokenizer folder carries (auto_map) to load it: only for a folder you trust (crossbert_model.remote_code)
-    trust_remote_code: bool = False
 
 
 # ------------------------------------------------------------------------------------------------

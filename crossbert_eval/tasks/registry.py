@@ -143,7 +143,7 @@ def task_listing(root: str | os.PathLike | None = None) -> tuple[list[str], dict
         sizes = []
         for split in task.splits:
             try:
-                sizes.append(f"{split}={len(task.load_split(split, root)):,}")
+                sizes.append(f"{split}={task.count_split(split, root):,}")
             except TaskDataMissing:
                 sizes.append(f"{split}: MISSING")
             except TaskError as e:
