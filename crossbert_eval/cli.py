@@ -402,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(debug: bool) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    from crossbert_model.logs import setup_logging  # log lines through tqdm.write: progress bars stay whole
+
+    setup_logging()
     for name in NOISY_LOGGERS if not debug else ():
         logging.getLogger(name).setLevel(logging.WARNING)
 

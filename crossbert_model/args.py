@@ -63,6 +63,10 @@ def positive_number(name: str, value, optional: bool = False) -> None:
 
 
 def one_of(name: str, value, choices) -> None:
+    if value not in choices and isinstance(value, str):  # a mistyped name (preset, objective, ...): say which was meant
+        matches = close_matches(value, map(str, choices))
+        hint = f" (did you mean {' or '.join(matches)}?)" if matches else ""
+        raise ConfigError(f"config field {name!r}: expected one of {', '.join(map(str, choices))}, got {value!r}{hint}")
     require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
 
 
@@ -81,7 +85,7 @@ def close_matches(word: str, choices, limit: int = 3) -> list[str]:
     choices = [c for c in dict.fromkeys(str(c) for c in choices) if c != word]
     exact = [c for c in choices if _folded(c) == _folded(word) and c != word]
     by_fold = {_folded(c): c for c in choices}
-    near = [by_fold[f] for f in difflib.get_close_matches(_folded(word), list(by_fold), n=limit, cutoff=0.6)]
+    near = [by_fold[f] for f in difflib.get_close_matches(_folded(word), list(by_fold), n=limit, cutoff=0.7)]
     return list(dict.fromkeys(exact + near))[:limit]
 
 
@@ -383,7 +387,6 @@ def diff_dicts(a: dict, b: dict, prefix: str = "") -> list[tuple[str, Any, Any]]
 def config_main(prog: str, cls: type[T], run, argv: list[str] | None = None) -> None:
     """`python -m MODULE [CONFIG] [key=value ...] [--debug]`: load the typed config and call `run` on it,
     a user's mistake as one line and exit 2 (crossbert_model.errors). The entry point of torchrun launches."""
-    import logging
     import sys
 
     from .errors import debug_requested, exit_on_user_error
@@ -391,7 +394,9 @@ def config_main(prog: str, cls: type[T], run, argv: list[str] | None = None) -> 
     argv = sys.argv[1:] if argv is None else argv
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .logs import setup_logging
+
+    setup_logging()
     path, overrides = (argv[0], argv[1:]) if argv and "=" not in argv[0] else (None, argv)
     with exit_on_user_error(prog, debug):
         run(load_config(cls, path, overrides))

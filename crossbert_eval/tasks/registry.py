@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from crossbert_model.args import did_you_mean
 from crossbert_model.utils import PROJECT_ROOT
 
 from .errors import TaskDataMissing, TaskError
@@ -108,7 +109,8 @@ def get_task(name: str) -> Task:
     if bad:
         _raise_broken(bad)
     known = sorted(tasks) + [f"{b.name} (broken)" for b in registry.broken.values()]
-    raise TaskError(f"unknown task {name!r}; known tasks ({tasks_dir()}): {', '.join(known)}")
+    hint = did_you_mean(name, [*tasks, *(b.name for b in registry.broken.values()), "all", *FAMILIES])
+    raise TaskError(f"unknown task {name!r}{hint}; known tasks ({tasks_dir()}): {', '.join(known)}")
 
 
 def resolve_tasks(spec: str | list[str]) -> list[Task]:
