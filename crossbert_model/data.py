@@ -186,6 +186,27 @@ def corpus_location(args: DataArgs) -> str:
         return args.corpus
 
 
+def corpus_extent(args: DataArgs) -> str:
+    """The corpus and how much of it is read, for the one-time cache messages: '<path> (3 files, 80.1 MB on disk)',
+    or its first N documents when data.max_documents caps it."""
+    where = corpus_location(args)
+    if args.corpus.startswith("hf:"):
+        return where
+    try:
+        files = corpus_files(args.corpus, args.data_root)
+    except (CrossbertError, FileNotFoundError):  # the reader says what is wrong, with its own message
+        return where
+    size = sum(f.stat().st_size for f in files) / 1e6
+    first = f", its first {args.max_documents:,} documents" if args.max_documents else ", the whole corpus"
+    return f"{where} ({len(files)} file{'s' if len(files) != 1 else ''}, {size:,.1f} MB on disk{first})"
+
+
+def _once_note(out: Path) -> str:
+    """Why a short run may spend minutes here: the cache is built once and every later run reuses it."""
+    return (f"every later run with this corpus, tokenizer and split reuses {out}; a short trial run can set "
+            "data.max_documents=N to read only the first N documents")
+
+
 def corpus_fingerprint(args: DataArgs) -> dict:
     if args.corpus.startswith("hf:"):
         return {"hub": args.corpus, "text_field": args.text_field, "max_documents": args.max_documents}
@@ -336,7 +357,7 @@ def prepare_tokenizer(args: DataArgs):
     out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out.parent / f".{out.name}.lock", waiting=f"waiting for another process that is training {out}"):
         if not (out / "tokenizer.json").exists():
-            log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
+            log.info("tokenizer: training WordPiece (vocab %d) on %s, once: %s", args.vocab_size, corpus_extent(args), _once_note(out))
 
             def train_docs() -> Iterator[str]:
                 return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
@@ -706,9 +727,9 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
         block_bytes, shard_blocks = _block_layout(out, block_bytes, shard_blocks)
         done = _finished_shards(out, dtype)
         log.info(
-            "tokenizing %s on %d worker process%s (blocks of %s KiB, %d a shard%s) -> %s",
-            corpus_location(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
-            f"; resuming: {len(done)} shard(s) already done" if done else "", out,
+            "building the token cache of %s on %d worker process%s (blocks of %s KiB, %d a shard%s), once: %s",
+            corpus_extent(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
+            f"; resuming: {len(done)} shard(s) already done" if done else "", _once_note(out),
         )  # fmt: skip
         start = time.perf_counter()
         encoder_args = (tokenizer.backend_tokenizer.to_str(), args.text_field, dtype.name, tokenizer.sep_token_id)
