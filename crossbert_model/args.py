@@ -103,9 +103,9 @@ class UnknownKeys(ConfigError):
     def __init__(self, where: str, keys: list[str], valid: list[str]):
         self.where, self.keys, self.valid = where, keys, valid
         prefix = f"{where}." if where else ""
-        hints = "".join(did_you_mean(k, valid) for k in sorted(keys))
+        named = [prefix + k + (f" (did you mean {' or '.join(m)}?)" if (m := close_matches(k, valid)) else "") for k in sorted(keys)]
         super().__init__(
-            f"unknown config key(s) {', '.join(prefix + k for k in sorted(keys))}{hints}; "
+            f"unknown config key(s) {', '.join(named)}; "
             f"valid keys{' under ' + where if where else ''}: {', '.join(sorted(valid))}"
         )
 
