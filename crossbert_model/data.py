@@ -201,10 +201,10 @@ def corpus_extent(args: DataArgs) -> str:
     return f"{where} ({len(files)} file{'s' if len(files) != 1 else ''}, {size:,.1f} MB on disk{first})"
 
 
-def _once_note(out: Path) -> str:
+def _once_note(out: Path, args: DataArgs) -> str:
     """Why a short run may spend minutes here: the cache is built once and every later run reuses it."""
-    return (f"every later run with this corpus, tokenizer and split reuses {out}; a short trial run can set "
-            "data.max_documents=N to read only the first N documents")
+    hint = "" if args.max_documents else "; a short trial run can set data.max_documents=N to read only the first N documents"
+    return f"every later run with this corpus, tokenizer and split reuses {out}{hint}"
 
 
 def corpus_fingerprint(args: DataArgs) -> dict:
@@ -357,7 +357,7 @@ def prepare_tokenizer(args: DataArgs):
     out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out.parent / f".{out.name}.lock", waiting=f"waiting for another process that is training {out}"):
         if not (out / "tokenizer.json").exists():
-            log.info("tokenizer: training WordPiece (vocab %d) on %s, once: %s", args.vocab_size, corpus_extent(args), _once_note(out))
+            log.info("tokenizer: training WordPiece (vocab %d) on %s, once: %s", args.vocab_size, corpus_extent(args), _once_note(out, args))
 
             def train_docs() -> Iterator[str]:
                 return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
@@ -729,7 +729,7 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
         log.info(
             "building the token cache of %s on %d worker process%s (blocks of %s KiB, %d a shard%s), once: %s",
             corpus_extent(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
-            f"; resuming: {len(done)} shard(s) already done" if done else "", _once_note(out),
+            f"; resuming: {len(done)} shard(s) already done" if done else "", _once_note(out, args),
         )  # fmt: skip
         start = time.perf_counter()
         encoder_args = (tokenizer.backend_tokenizer.to_str(), args.text_field, dtype.name, tokenizer.sep_token_id)

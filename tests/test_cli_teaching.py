@@ -203,3 +203,26 @@ def test_the_cli_installs_the_progress_bar_safe_handler():
             "print([type(h).__name__ for h in logging.getLogger().handlers])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert json.loads(out.strip().replace("'", '"')) == ["ProgressBarSafeHandler"]
+
+
+# -- the one-time token cache says what it is doing -----------------------------------------------------------
+
+
+def test_building_the_token_cache_says_once_what_where_and_how_big(tmp_path, caplog):
+    # catches: a first short run that silently tokenizes the whole corpus (minutes on the 40.6M-word one) with no
+    # word that this is a one-time cache, how big the corpus is, where it goes; or a cache rebuilt on the next run
+    from crossbert_model.data import DataArgs, load_tokenizer, tokenize_corpus
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"document {i} has a few words of text" for i in range(30)) + "\n")
+    args = DataArgs(corpus=str(corpus), tokenizer="minilm", cache_dir=str(tmp_path / "cache"), num_workers=1)
+    tokenizer = load_tokenizer("minilm")
+    with caplog.at_level(logging.INFO, logger="crossbert_model.data"):
+        out = tokenize_corpus(args, tokenizer)
+    (line,) = [r.getMessage() for r in caplog.records if "building the token cache" in r.getMessage()]
+    assert f"of {corpus} (1 file, 0.0 MB on disk, the whole corpus)" in line
+    assert f"once: every later run with this corpus, tokenizer and split reuses {out}" in line and "data.max_documents=N" in line
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="crossbert_model.data"):
+        assert tokenize_corpus(args, tokenizer) == out
+    assert not [r for r in caplog.records if "building the token cache" in r.getMessage()]
