@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
-from .args import number_in, one_of, require
+from .args import number_in, one_of, positive_number, require
 
 
 class CrossBertConfig(PretrainedConfig):
@@ -34,6 +34,9 @@ class CrossBertConfig(PretrainedConfig):
         max_position_embeddings: int = 8192,
         rope_theta: float = 10000.0,
         initializer_range: float = 0.02,
+        # The token embeddings' std at initialisation; None: initializer_range (what checkpoints saved before
+        # this field hold). Larger draws keep a tiny CrossBERT's tokens apart (results/escape_scan/README.md).
+        embedding_init_std: float | None = None,
         objective: str = "mlm",  # a name of crossbert_model.objectives, which checks it when it builds or loads a model
         # The class default is a flat MLM's (BERT's 15%); builders take each objective's own default
         # (crossbert_model.objectives.config_from_preset), and a saved config.json holds the value.
@@ -54,7 +57,7 @@ class CrossBertConfig(PretrainedConfig):
         num_special_tokens: int = 5,
         **kwargs,
     ):
-        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type)
+        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
@@ -75,6 +78,7 @@ class CrossBertConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.rope_theta = rope_theta
         self.initializer_range = initializer_range
+        self.embedding_init_std = embedding_init_std
         self.objective = objective
         self.mask_ratio = mask_ratio
         self.mlm_mask_prob = mlm_mask_prob
@@ -108,7 +112,8 @@ MLP_TYPES = ("gelu", "swiglu")
 NORM_TYPES = ("layernorm", "rmsnorm")
 
 
-def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, section: str = "") -> None:
+def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std=None,
+                       section: str = "") -> None:
     """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
     ConfigError (a ValueError) naming the field with `section` in front ("model." for the model section,
     crossbert_model.train_config). A mask_ratio of None is the objective's default, checked where it is chosen."""
@@ -121,6 +126,7 @@ def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, nor
     require(mlm_mask_prob + mlm_random_prob <= 1.0 + 1e-9, f"{section}mlm_random_prob", expected, mlm_random_prob)
     one_of(f"{section}mlp_type", mlp_type, MLP_TYPES)
     one_of(f"{section}norm_type", norm_type, NORM_TYPES)
+    positive_number(f"{section}embedding_init_std", embedding_init_std, optional=True)
 
 
 # How far r may sit from 1 - 1/K and still mean K views: r written to three decimals (0.667 for 2/3).

@@ -196,7 +196,9 @@ class CrossBertPreTrainedModel(PreTrainedModel):
         std = self.config.initializer_range
         # Residual output projections shrink with depth (GPT-2 / ModernBERT "out" init).
         out_std = std / math.sqrt(2.0 * max(1, self.config.num_hidden_layers))
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.embedding_init_std or std)
+        elif isinstance(module, nn.Linear):
             init.normal_(module.weight, mean=0.0, std=std)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)

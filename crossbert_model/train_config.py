@@ -49,6 +49,7 @@ class ModelArgs:
     intermediate_size: int | None = None  # MLP width (default: the preset's)
     mlp_type: str = "gelu"  # gelu | swiglu
     norm_type: str = "layernorm"  # layernorm | rmsnorm
+    embedding_init_std: float | None = None  # default: the config's initializer_range (0.02)
 
 
 @dataclass
@@ -177,7 +178,7 @@ def _validate_model(m: ModelArgs) -> None:
     one_of("model.preset", m.preset, tuple(PRESETS))
     one_of("model.objective", m.objective, objective_names())
     # the checks CrossBertConfig makes of the same values, named as this file names them
-    check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, section="model.")
+    check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, m.embedding_init_std, section="model.")
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
         positive_int(f"model.{name}", getattr(m, name), optional=True)
 
@@ -241,6 +242,7 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConf
         predictor_layers=m.predictor_layers,
         mlp_type=m.mlp_type,
         norm_type=m.norm_type,
+        embedding_init_std=m.embedding_init_std,
         max_position_embeddings=data.seq_len,
         **shape,
         **tokens,

@@ -290,3 +290,15 @@ def test_compile_blocks_compiles_each_block_and_leaves_the_state_dict_alone():
     assert blocks and all(hasattr(b.compute, "_torchdynamo_orig_callable") for b in blocks)
     assert not hasattr(model.forward, "_torchdynamo_orig_callable")
     assert list(model.state_dict()) == keys
+
+
+@pytest.mark.parametrize("objective", cm.objective_names())
+def test_embedding_init_std_draws_only_the_embeddings_larger(objective, tmp_path):
+    plain, wide = build(objective, 2048), build(objective, 2048, embedding_init_std=1.0)
+    for (name, a), (_, b) in zip(plain.state_dict().items(), wide.state_dict().items()):
+        if name == "encoder.embeddings.weight":  # the same draw, 50 times the default std
+            assert torch.allclose(b, 50.0 * a, rtol=1e-5, atol=1e-6) and 0.95 < float(b.std()) < 1.05
+        else:
+            assert torch.equal(a, b), name
+    wide.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path, local_files_only=True).embedding_init_std == 1.0

@@ -88,7 +88,7 @@ def test_a_model_class_refuses_the_config_of_another_objective():
 SECTION = dict(
     objective="crossbert", mask_ratio=0.75, mlm_mask_prob=0.7, mlm_random_prob=0.2, complementary_masking=True,
     predictor_layers=3, predictor_hidden_size=64, predictor_heads=2, hidden_size=128, num_hidden_layers=3,
-    num_attention_heads=4, intermediate_size=320, mlp_type="swiglu", norm_type="rmsnorm",
+    num_attention_heads=4, intermediate_size=320, mlp_type="swiglu", norm_type="rmsnorm", embedding_init_std=0.5,
 )  # fmt: skip
 
 
@@ -175,6 +175,7 @@ def test_the_package_imports_without_a_cycle():
     ("mlm_mask_prob", -0.5, r"a number in \[0, 1\]"),
     ("mlp_type", "relu", "one of gelu, swiglu"),
     ("norm_type", "batchnorm", "one of layernorm, rmsnorm"),
+    ("embedding_init_std", 0.0, "a positive number or null"),
 ])  # fmt: skip
 def test_a_value_is_checked_by_one_definition_in_the_section_and_in_the_config(field, value, expected):
     """The model section and CrossBertConfig refuse the same values in the same words, each naming the field its way."""

@@ -1,7 +1,7 @@
 """Predictor changes that configuration cannot express, tried on the tiny CrossBERT that stays on the unigram
 plateau (seed 1, 300 steps of 32 x 128, lr 2e-3, eager; as configs/sweep/escape_scan.yaml otherwise).
 
-    python results/escape_scan/predictor_variants.py VARIANT [--seed 1] [--steps 300] [--out-dir runs/escape_variants]
+    python results/escape_scan/predictor_variants.py VARIANT [--seed 1] [--steps 300] [--lr 2e-3] [--out-dir runs/escape_variants]
 
 VARIANT: default | norm-after-projection (a LayerNorm after the predictor's p -> d projection, as BERT's head
 has before its decoder) | projection-scale (that projection drawn at std 1/sqrt(p), so its output starts at
@@ -9,7 +9,9 @@ unit scale) | key-bias (a bias on the cross-attention keys and values: a content
 depend on the relative position alone from the first step) | visible-targets (the predictor also answers
 10% of each view's visible positions, whose token its encoder sees: CrossBERT's analogue of the kept 10% of
 BERT's 80/10/10, which flat MLM can copy; a training change only, the shared protocol asks masked tokens as
-always). Prints one JSON line: the shared-protocol losses
+always) | untied-decoder (the predictor's logits from its own output embedding matrix, drawn at std 0.02, instead
+of the encoder's input embeddings) | detached-decoder (tied, but the logits send no gradient into the input
+embeddings). Prints one JSON line: the shared-protocol losses
 after the last step and the unigram entropies of the same targets."""
 
 import argparse
@@ -35,6 +37,16 @@ def change_predictor(predictor: nn.Module, variant: str, p: int, d: int) -> None
             with torch.no_grad():
                 layer.attn.kv_proj.weight.copy_(old.weight)
                 layer.attn.kv_proj.bias.zero_()
+    elif variant in ("untied-decoder", "detached-decoder"):
+        decode = predictor.forward
+        if variant == "untied-decoder":
+            predictor.output_embedding = nn.Parameter(torch.empty(predictor.decoder_bias.numel(), d).normal_(std=0.02))
+
+        def forward(context, context_positions, context_valid, query_positions, query_valid, embedding_weight):
+            weight = predictor.output_embedding if variant == "untied-decoder" else embedding_weight.detach()
+            return decode(context, context_positions, context_valid, query_positions, query_valid, weight)
+
+        predictor.forward = forward
 
 
 def with_visible_targets(batch: dict, share: float, generator: torch.Generator) -> dict:
@@ -49,15 +61,16 @@ def with_visible_targets(batch: dict, share: float, generator: torch.Generator) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variant", choices=["default", "norm-after-projection", "projection-scale", "key-bias", "visible-targets"])
+    parser.add_argument("variant", choices=["default", "norm-after-projection", "projection-scale", "key-bias", "visible-targets", "untied-decoder", "detached-decoder"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--out-dir", default="runs/escape_variants")
     args = parser.parse_args()
     corpus = data_root() / "wikipedia_en_2015"
     cfg = TrainConfig(
-        name=f"{args.variant}-s{args.seed}", out_dir=args.out_dir, seed=args.seed, steps=args.steps, batch_size=32,
-        model=ModelArgs(preset="tiny", objective="crossbert", mask_ratio=0.5), optim=OptimArgs(lr=2e-3, warmup_steps=50),
+        name=f"{args.variant}-lr{args.lr:g}-s{args.seed}", out_dir=args.out_dir, seed=args.seed, steps=args.steps, batch_size=32,
+        model=ModelArgs(preset="tiny", objective="crossbert", mask_ratio=0.5), optim=OptimArgs(lr=args.lr, warmup_steps=50),
         data=DataArgs(corpus=str(corpus), tokenizer="train", vocab_size=4096, seq_len=128, cache_dir="runs/cache"),
         dtype="bf16", resume=False,
     )
@@ -74,7 +87,7 @@ def main() -> None:
         trainer.train_step(step, batch)
     losses = {k: round(v, 4) for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
               if k.startswith(("shared_loss_", "unigram_entropy_"))}
-    print(json.dumps({"variant": args.variant, "seed": args.seed, "steps": args.steps, **losses}))
+    print(json.dumps({"variant": args.variant, "lr": args.lr, "seed": args.seed, "steps": args.steps, **losses}))
 
 
 if __name__ == "__main__":
