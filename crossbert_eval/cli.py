@@ -22,9 +22,12 @@ import argparse
 import logging
 import sys
 
+# Only light modules at the top (no torch, transformers, mteb or pandas: tests/test_cli_speed.py), so that
+# `crossbert --help` answers at once; each handler imports what its command needs.
 from crossbert_model.errors import USER_ERROR_EXIT, debug_requested, exit_on_user_error
 
 from crossbert_model.defaults import DTYPES, FEATURES_DIR, MAX_LENGTH, MTEB_DIR, POOLINGS, RESULTS_DIR
+
 # Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
 # ModuleNotFoundError for each): quiet by default, back with --debug.
 NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "urllib3", "datasets", "mteb")
@@ -32,8 +35,38 @@ NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "urllib3", "datasets", "mteb"
 
 def _train(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
-    from crossbert_model.train import TrainConfig, train
-    train(load_config(TrainConfig, args.config, args.overrides))
+    from crossbert_model.train_config import TrainConfig
+
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+    if args.print_config:
+        print(resolved_config_text(cfg))
+        return
+    from crossbert_model.train import train
+
+    train(cfg)
+
+
+def resolved_config_text(cfg) -> str:
+    """`crossbert train --print-config`: the config after file, overrides and checks, as YAML a run could
+    start from, then what the preset resolves to (the model's shape, parameters, FLOPs, steps). Touches no run folder."""
+    from crossbert_model.args import dump_yaml
+    from crossbert_model.config import format_count
+    from crossbert_model.objectives import describe
+    from crossbert_model.train_config import model_config, validate_config
+
+    validate_config(cfg)
+    d = describe(model_config(cfg.model, cfg.data), cfg.data.seq_len)
+    steps = f"{cfg.total_steps()} (from max_tokens={cfg.max_tokens:,})" if cfg.max_tokens else str(cfg.total_steps())
+    predictor = f", predictor {format_count(d['params_predictor'])}" if d["params_predictor"] else ""
+    return "\n".join([
+        dump_yaml(cfg).rstrip(),
+        f"# model.preset={cfg.model.preset} objective={cfg.model.objective} resolves to: hidden_size={d['hidden_size']} "
+        f"layers={d['layers']} heads={d['heads']} mask_ratio={d['mask_ratio']:g}",
+        f"# parameters: encoder non-embedding {format_count(d['params_encoder_non_embedding'])}, embedding "
+        f"{format_count(d['params_embedding'])} (vocabulary {cfg.data.vocab_size:,} until the tokenizer is known){predictor}",
+        f"# training FLOPs per corpus token {format_count(d['train_flops_per_token'])}; steps {steps}; "
+        f"run folder {cfg.run_dir} (not created)",
+    ])  # fmt: skip
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -118,7 +151,7 @@ def _probe(args: argparse.Namespace) -> None:
     settings = ProbeSettings(
         tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
         pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results, cache_dir=args.cache, force=args.force,
-        data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+        data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), max_train=args.max_train, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
     )  # fmt: skip
     runner = probe_model(
         args.model, settings, **_encoder_options(args))
@@ -214,9 +247,12 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _tasks(args: argparse.Namespace) -> None:
-    from crossbert_eval.tasks import task_listing
+    from crossbert_eval.tasks import task_listing, tasks_dir
 
-    lines, broken = task_listing(_resolved_root(args))
+    root = _resolved_root(args)
+    lines, broken = task_listing(root)
+    print(f"task files: {tasks_dir()}   data root: {root}   (examples per split; MISSING: not under the data root)")
+    print(f"{'family':15} {'task':40} {'input':6} {'probes':18} splits")
     print("\n".join(lines))
     if broken:
         sys.exit(1)
@@ -269,6 +305,15 @@ def _add_export(sub) -> None:
     p.set_defaults(func=_export)
 
 
+def _train_keys_help() -> str:
+    """The config keys `crossbert train --help` lists: read from the config dataclasses and their comments
+    (crossbert_model.args.format_config_keys), so keys, defaults and descriptions have one home."""
+    from crossbert_model.args import format_config_keys
+    from crossbert_model.train_config import TrainConfig
+
+    return "config keys (key=default  description):\n" + format_config_keys(TrainConfig)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """A wrong option is one line (what argparse says, and where help is), exit 2: not the usage block."""
 
@@ -281,9 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="pre-train one model (resumes from the run folder's latest checkpoint)")
+    p = sub.add_parser("train", help="pre-train one model (resumes from the run folder's latest checkpoint)",
+                       description="Pre-train one model. Every config key below can be set in the YAML file or as "
+                                   "section.key=value after it; --print-config shows the result.",
+                       epilog=_train_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("config", help="YAML config (see configs/train/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.preset=mini steps=2000")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (file + overrides, checked; the preset's shape, parameters, FLOPs) and "
+                        "exit without training or creating the run folder")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("probe", help="probe a frozen encoder (checkpoint, run folder, HF / sentence-transformers folder, or 'minilm')")
@@ -297,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
     p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-train", type=_positive_int, default=None, metavar="N",
+                   help="a seeded subsample of N examples of each probe's train split, as sweeps' max_probe_train "
+                        "(encodes N texts, not all 67,349 of SST-2); recorded as max_train in every row (default: all)")
     p.add_argument("--feature-transform", default="raw",
                    help="raw, centred, whitened (comma-separated): the cosine and kNN probes' features, each transform "
                         "fitted on the task's training split (the linear probe takes raw features)")
@@ -370,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(debug: bool) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    from crossbert_model.logs import setup_logging  # log lines through tqdm.write: progress bars stay whole
+
+    setup_logging()
     for name in NOISY_LOGGERS if not debug else ():
         logging.getLogger(name).setLevel(logging.WARNING)
 

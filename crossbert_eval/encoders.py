@@ -24,13 +24,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import crossbert_model  # noqa: F401  (registers the crossbert model type with AutoModel)
+import crossbert_model.model  # noqa: F401  (registers the crossbert model type with AutoModel)
 from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.remote_code import code_allowed, from_pretrained
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
+from crossbert_model.args import did_you_mean
 from crossbert_model.errors import CrossbertError
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,10 @@ class ModelSource:
 
 # org/name, optionally @revision (branch, tag or commit): the shape of a Hugging Face hub model id
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
+# a name without an organisation (bert-base-uncased, roberta-base): the hub's legacy ids, still served by redirect
+BARE_HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
+# model names the loader knows without a folder or hub id (a mistyped one gets "did you mean")
+MODEL_ALIASES = ("minilm",)
 # What a frozen encoder needs from a hub repository: configs (model, tokenizer, sentence-transformers
 # modules), vocabularies and safetensors weights; never ONNX/TF/Flax copies or pickles unless allowed.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
@@ -243,13 +248,17 @@ def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool
         return _classify(minilm_path(), "sentence-transformers/all-MiniLM-L6-v2")
     path = Path(spec)
     if not path.exists():
-        hub = HUB_ID.match(spec)
+        hub = HUB_ID.match(spec) or BARE_HUB_ID.match(spec)
         if hub is None:
             raise EncoderError(
                 f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, "
-                "a hub id org/name[@revision], or 'minilm')"
+                f"a hub id org/name[@revision] or name[@revision], or 'minilm'){did_you_mean(spec, MODEL_ALIASES)}"
             )
-        snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle, trust_remote_code)
+        try:
+            snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle, trust_remote_code)
+        except EncoderError as e:  # a mistyped alias ('MiniLM-L6', 'minlm') reads as a hub id: say which was meant
+            hint = did_you_mean(spec, MODEL_ALIASES) if "/" not in spec else ""
+            raise EncoderError(f"{e}{hint}") from None
         source = _classify(snapshot, spec)
         source.hub_id = hub["repo"]
         return source

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from submitit.core.utils import FailedJobError, UncompletedJobError
 from crossbert_model.args import ConfigError
 from crossbert_model.claims import BUSY
 from crossbert_model.errors import CrossbertError
+from crossbert_model.logs import setup_logging
 from crossbert_model.utils import set_offline_env
 
 from .sweep import Sweep, SweepConfig, prepare_sweep
@@ -47,7 +47,7 @@ class RunJob(submitit.helpers.Checkpointable):
     """One sweep run in a cluster job: train + probe under the run's claim, then the report if the sweep is complete."""
 
     def __call__(self, cfg: SweepConfig, key: str) -> str:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+        setup_logging()
         set_offline_env()
         sweep = Sweep(cfg)
         run = sweep.run_named(key)

@@ -358,7 +358,8 @@ class ProbeRunner:
             "seed": self.s.seed,
             "n_train": len(train) if train is not None else 0,
             "n_eval": len(split),
-            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL},
+            # the cap of the train split (`--max-train`, sweeps' max_probe_train) in the row, as in the unit's key
+            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL, **({"max_train": self.s.max_train} if self.s.max_train and train is not None else {})},
             "probe_seconds": round(seconds, 3),
             "unit": unit.key,
         }

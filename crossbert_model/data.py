@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, read_jsonl, stable_hash
 from .errors import CrossbertError, one_line
 from .remote_code import from_pretrained
+from .data_args import DataArgs  # noqa: F401  (its home: data_args.py, importable without torch)
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +57,6 @@ HUB_ADVICE = "commands run offline unless CROSSBERT_ONLINE=1 is set; online, che
 
 class DataError(CrossbertError, ValueError):
     """Bad input data: the message names the file, the line/field and what was expected."""
-
-
-@dataclass
-class DataArgs:
-    corpus: str = "${data_root}/wikipedia_en_2015"
-    text_field: str = "text"
-    tokenizer: str = "train"  # "train" (WordPiece on the corpus) | "minilm" | path to a tokenizer folder
-    vocab_size: int = 8192  # for a trained tokenizer
-    seq_len: int = 128
-    val_fraction: float = 0.02  # of documents
-    split_seed: int = 1234
-    max_documents: int | None = None  # read only the first N documents (quick experiments, tests)
-    cache_dir: str = "runs/cache"
-    data_root: str | None = None
-    num_workers: int | None = None  # tokenization processes; None: every core this process may run on
-    # run the Python a tokenizer folder carries (auto_map) to load it: only for a folder you trust (crossbert_model.remote_code)
-    trust_remote_code: bool = False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,6 +184,27 @@ def corpus_location(args: DataArgs) -> str:
         return str(expand_data_path(args.corpus, args.data_root))
     except FileNotFoundError:  # no data root: the error comes later, with its own message
         return args.corpus
+
+
+def corpus_extent(args: DataArgs) -> str:
+    """The corpus and how much of it is read, for the one-time cache messages: '<path> (3 files, 80.1 MB on disk)',
+    or its first N documents when data.max_documents caps it."""
+    where = corpus_location(args)
+    if args.corpus.startswith("hf:"):
+        return where
+    try:
+        files = corpus_files(args.corpus, args.data_root)
+    except (CrossbertError, FileNotFoundError):  # the reader says what is wrong, with its own message
+        return where
+    size = sum(f.stat().st_size for f in files) / 1e6
+    first = f", its first {args.max_documents:,} documents" if args.max_documents else ", the whole corpus"
+    return f"{where} ({len(files)} file{'s' if len(files) != 1 else ''}, {size:,.1f} MB on disk{first})"
+
+
+def _once_note(out: Path, args: DataArgs) -> str:
+    """Why a short run may spend minutes here: the cache is built once and every later run reuses it."""
+    hint = "" if args.max_documents else "; a short trial run can set data.max_documents=N to read only the first N documents"
+    return f"every later run with this corpus, tokenizer and split reuses {out}{hint}"
 
 
 def corpus_fingerprint(args: DataArgs) -> dict:
@@ -352,7 +357,7 @@ def prepare_tokenizer(args: DataArgs):
     out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out.parent / f".{out.name}.lock", waiting=f"waiting for another process that is training {out}"):
         if not (out / "tokenizer.json").exists():
-            log.info("tokenizer: training WordPiece (vocab %d) on %s", args.vocab_size, corpus_location(args))
+            log.info("tokenizer: training WordPiece (vocab %d) on %s, once: %s", args.vocab_size, corpus_extent(args), _once_note(out, args))
 
             def train_docs() -> Iterator[str]:
                 return (d for i, d in enumerate(documents(args)) if not _is_validation(i, args.val_fraction, args.split_seed))
@@ -722,9 +727,9 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
         block_bytes, shard_blocks = _block_layout(out, block_bytes, shard_blocks)
         done = _finished_shards(out, dtype)
         log.info(
-            "tokenizing %s on %d worker process%s (blocks of %s KiB, %d a shard%s) -> %s",
-            corpus_location(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
-            f"; resuming: {len(done)} shard(s) already done" if done else "", out,
+            "building the token cache of %s on %d worker process%s (blocks of %s KiB, %d a shard%s), once: %s",
+            corpus_extent(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
+            f"; resuming: {len(done)} shard(s) already done" if done else "", _once_note(out, args),
         )  # fmt: skip
         start = time.perf_counter()
         encoder_args = (tokenizer.backend_tokenizer.to_str(), args.text_field, dtype.name, tokenizer.sep_token_id)

@@ -384,3 +384,15 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
             context, enc_positions, enc_valid, query_positions, query_valid, self.encoder.embeddings.weight
         )
         return _masked_lm_loss(logits, select_rows(ids, query_positions, query_valid))
+
+
+# Importing the model classes registers them with transformers' Auto classes (AutoConfig / AutoModel
+# .from_pretrained(checkpoint) then work offline without trust_remote_code); the package's __init__ is lazy.
+def _register_auto_classes() -> None:
+    from transformers import AutoConfig, AutoModel
+
+    AutoConfig.register(CrossBertConfig.model_type, CrossBertConfig, exist_ok=True)
+    AutoModel.register(CrossBertConfig, CrossBertModel, exist_ok=True)
+
+
+_register_auto_classes()

@@ -14,14 +14,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .args import ConfigError, boolean, load_config, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
-from .config import PRESETS, CrossBertConfig, check_model_values
-from .data import DataArgs, check_tokenizer_matches, special_token_config
-from .hardware import DTYPES
-from .objectives import config_from_preset, objective_names
+from .data_args import DataArgs
+from .defaults import DTYPES
 from .tracking import WANDB_MODES, tracking_problem
 from .utils import data_root
+
+if TYPE_CHECKING:
+    from .config import CrossBertConfig
+
+# The schema above imports no torch or transformers (`crossbert train --help` and `--print-config` read it in a
+# fraction of a second); the checks and the translation below import the model modules when they run.
 
 
 @dataclass
@@ -29,57 +34,57 @@ class ModelArgs:
     """The model section: a size preset and the CrossBertConfig fields (same names) a run sets on top of it;
     None keeps the preset's or the objective's default. `model_config` is its one translation."""
 
-    preset: str = "tiny"
+    preset: str = "tiny"  # a size preset of crossbert_model.config.PRESETS (`crossbert presets` lists them)
     objective: str = "mlm"  # a name of crossbert_model.objectives: "mlm" (flat BERT) | "crossbert"
     mask_ratio: float | None = None  # default: the objective's (0.15 for mlm, 0.5 for crossbert)
     # Flat MLM corruption of the selected tokens: shares replaced by [MASK] / by a random token; the
     # rest are kept (BERT: 0.8 / 0.1 / 0.1). Pure masking: mlm_mask_prob=1.0 mlm_random_prob=0.0.
     mlm_mask_prob: float = 0.8
-    mlm_random_prob: float = 0.1
-    complementary_masking: bool = True
+    mlm_random_prob: float = 0.1  # share of the selected tokens replaced by a random token (flat MLM)
+    complementary_masking: bool = True  # CrossBERT: K = 1/(1 - mask_ratio) disjoint views per sequence (CMS)
     predictor_layers: int | None = None  # default and width: crossbert_model.config.default_predictor_shape
     predictor_hidden_size: int | None = None
     predictor_heads: int | None = None  # default: the encoder's head width (crossbert_model.config)
     hidden_size: int | None = None  # overrides of the preset's shape
-    num_hidden_layers: int | None = None
-    num_attention_heads: int | None = None
-    intermediate_size: int | None = None
-    mlp_type: str = "gelu"
-    norm_type: str = "layernorm"
+    num_hidden_layers: int | None = None  # encoder blocks (default: the preset's)
+    num_attention_heads: int | None = None  # attention heads (default: the preset's)
+    intermediate_size: int | None = None  # MLP width (default: the preset's)
+    mlp_type: str = "gelu"  # gelu | swiglu
+    norm_type: str = "layernorm"  # layernorm | rmsnorm
     embedding_init_std: float | None = None  # default: the config's initializer_range (0.02)
 
 
 @dataclass
 class OptimArgs:
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-6
-    warmup_steps: int = 100
+    lr: float = 1e-3  # peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
+    beta1: float = 0.9  # AdamW first-moment decay
+    beta2: float = 0.98  # AdamW second-moment decay
+    eps: float = 1e-6  # AdamW epsilon
+    warmup_steps: int = 100  # linear warm-up from 0 to lr
     schedule: str = "cosine"  # cosine | linear | constant (after warm-up)
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
+    min_lr_ratio: float = 0.1  # the schedule's final lr, as a share of lr
+    grad_clip: float = 1.0  # max global gradient norm
 
 
 @dataclass
 class TrainConfig:
-    name: str = "run"
-    out_dir: str = "runs"
-    seed: int = 0
-    steps: int = 1000
+    name: str = "run"  # the run folder's name, under out_dir
+    out_dir: str = "runs"  # where run folders go
+    seed: int = 0  # fixes initialisation, masks and batch order
+    steps: int = 1000  # optimizer steps (unless max_tokens is set)
     max_tokens: int | None = None  # corpus-token budget; when set it decides `steps`
     batch_size: int = 32  # sequences per optimizer step, over all processes
-    grad_accum: int = 1
+    grad_accum: int = 1  # micro-batches per step (batch_size must be a multiple)
     dtype: str = "auto"  # auto | fp32 | bf16 (autocast); auto is resolved once at the start, config.yaml holds the result
-    log_every: int = 10
-    eval_every: int = 200
-    eval_sequences: int = 256
+    log_every: int = 10  # steps between metrics.jsonl lines
+    eval_every: int = 200  # steps between validation losses (0: only at checkpoints)
+    eval_sequences: int = 256  # validation sequences per evaluation
     checkpoint_steps: list[int] = field(default_factory=list)  # kept for probing along training
     checkpoint_every: int = 0  # periodic resume points; the newest KEEP_PERIODIC are kept
-    resume: bool = True
+    resume: bool = True  # continue from the run folder's latest checkpoint
     distributed: str = "ddp"  # ddp | fsdp, when launched by torchrun
-    num_threads: int | None = None
+    num_threads: int | None = None  # torch CPU threads (default: torch's)
     peak_flops: float | None = None  # MFU denominator; measured (matmul) when null
     # torch.compile the training forward (the saved model is the same); under FSDP each block is compiled
     # on its own. Off by default: on a 2-core CPU it costs 40-66 s of compilation per model for runs of
@@ -184,6 +189,9 @@ def _validate_tracking(cfg: TrainConfig) -> None:
 
 
 def _validate_model(m: ModelArgs) -> None:
+    from .config import PRESETS, check_model_values
+    from .objectives import objective_names
+
     one_of("model.preset", m.preset, tuple(PRESETS))
     one_of("model.objective", m.objective, objective_names())
     # the checks CrossBertConfig makes of the same values, named as this file names them (config.py raises plain
@@ -232,7 +240,7 @@ def _check_dotted_keys(name: str, keys: list[str], cfg: TrainConfig) -> None:
             raise ConfigError(f"config field {name!r}: expected dotted config keys such as optim.lr, got unknown key {key!r}")
 
 
-def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> CrossBertConfig:
+def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConfig":
     """The one translation of a model section (with the data section's sequence length and vocabulary)
     into a CrossBertConfig: the trainer, the sweep's planning, the benches and the CLI build theirs here.
 
@@ -240,6 +248,9 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> CrossBertConfi
     not match is refused. Without one (FLOP planning before any data is prepared) the vocabulary is
     `data.vocab_size`, the size a trained WordPiece is asked for; ids keep their defaults, which do not
     change the shape."""
+    from .data import check_tokenizer_matches, special_token_config
+    from .objectives import config_from_preset
+
     shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}
     tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
     config = config_from_preset(

@@ -169,8 +169,8 @@ def plateau_levels(checkpoints: pd.DataFrame, loss: str, colors: Mapping[str, st
 
 def _draw_levels(ax, levels: list[tuple[float, str, str]]) -> None:
     """Horizontal reference lines, dash-dot-dot: a style no size's line has (SIZE_STYLES)."""
-    for y, label, color in levels:
-        ax.axhline(y, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=label)
+    for y, name, color in levels:
+        ax.axhline(y, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=name)
 
 
 def plot_loss_vs_probe(summary: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,

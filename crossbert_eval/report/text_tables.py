@@ -15,15 +15,25 @@ if TYPE_CHECKING:  # the plan's type only: mteb_runner imports mteb, which a tab
 
 
 def probe_text_table(df: pd.DataFrame) -> str:
-    """Main metric per task x probe, one column per layer, in points (x100)."""
+    """Main metric per task x probe, one column per layer, in points (x100), each score with the 95% bootstrap
+    interval its row stores (ci_low, ci_high): `84.52 [82.1, 86.8]`."""
     if df is None or not len(df):
         return "(no results)"
     main = df[df["is_main"]].copy()
-    main["score"] = main["value"] * 100
+    for column in ("ci_low", "ci_high"):
+        if column not in main:
+            main[column] = float("nan")
     main["probe"] = [probe_variant(p, t) for p, t in zip(main["probe"], main.get("feature_transform", [None] * len(main)))]
-    table = main.pivot_table(index=["task", "split", "probe", "metric"], columns="layer", values="score", aggfunc="mean")
+    index = ["task", "split", "probe", "metric"]
+    cells = main.groupby([*index, "layer"])[["value", "ci_low", "ci_high"]].mean()
+    text = pd.Series([_score_cell(*(100 * v for v in row)) for row in cells.itertuples(index=False)], index=cells.index)
+    table = text.unstack("layer", fill_value="")
     table.columns = [f"L{int(c)}" for c in table.columns]
-    return table.round(2).to_string()
+    return table.to_string() + "\n(points x100; [95% bootstrap interval over evaluation examples])"
+
+
+def _score_cell(score: float, low: float, high: float) -> str:
+    return f"{score:.2f}" if pd.isna(low) or pd.isna(high) else f"{score:.2f} [{low:.1f}, {high:.1f}]"
 
 
 def geometry_text_table(df: pd.DataFrame) -> str:

@@ -7,12 +7,14 @@ its error when that task, its family or `all` is asked for; other tasks work as 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from crossbert_model.args import did_you_mean
 from crossbert_model.utils import PROJECT_ROOT
 
 from .errors import TaskDataMissing, TaskError
@@ -108,7 +110,8 @@ def get_task(name: str) -> Task:
     if bad:
         _raise_broken(bad)
     known = sorted(tasks) + [f"{b.name} (broken)" for b in registry.broken.values()]
-    raise TaskError(f"unknown task {name!r}; known tasks ({tasks_dir()}): {', '.join(known)}")
+    hint = did_you_mean(name, [*tasks, *(b.name for b in registry.broken.values()), "all", *FAMILIES])
+    raise TaskError(f"unknown task {name!r}{hint}; known tasks ({tasks_dir()}): {', '.join(known)}")
 
 
 def resolve_tasks(spec: str | list[str]) -> list[Task]:
@@ -133,22 +136,30 @@ def resolve_tasks(spec: str | list[str]) -> list[Task]:
     return unique
 
 
+def _split_sizes(task: Task, root) -> list[str]:
+    """`split=N` per split of a task (N examples), or why there is no number."""
+    sizes = []
+    for split in task.splits:
+        try:
+            sizes.append(f"{split}={task.count_split(split, root):,}")
+        except TaskDataMissing:
+            sizes.append(f"{split}: MISSING")
+        except TaskError as e:
+            sizes.append(f"{split}: ERROR {e}")
+    return sizes
+
+
 def task_listing(root: str | os.PathLike | None = None) -> tuple[list[str], dict[str, str]]:
     """(lines of `crossbert tasks`, broken_tasks()): one line per task with its split sizes under
     `root`, then one BROKEN line per task file that does not parse (with its error), so one bad file
     hides nothing else; the caller decides the exit code from the broken ones."""
     registry = _registry(str(tasks_dir()))
-    lines = []
-    for name, task in sorted(registry.tasks.items(), key=lambda kv: (kv[1].family, kv[0])):
-        sizes = []
-        for split in task.splits:
-            try:
-                sizes.append(f"{split}={len(task.load_split(split, root)):,}")
-            except TaskDataMissing:
-                sizes.append(f"{split}: MISSING")
-            except TaskError as e:
-                sizes.append(f"{split}: ERROR {e}")
-        lines.append(f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(sizes)}")
+    ordered = sorted(registry.tasks.items(), key=lambda kv: (kv[1].family, kv[0]))
+    # one thread a task: decompressing (.xz, .gz) releases the GIL, so the big files count side by side
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        sizes = list(pool.map(lambda task: _split_sizes(task, root), (task for _, task in ordered)))
+    lines = [f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(size)}"
+             for (name, task), size in zip(ordered, sizes)]  # fmt: skip
     for name, bad in sorted(registry.broken.items()):
         lines.append(f"{'BROKEN':15} {name:40} {bad.error}")
     return lines, {name: str(bad.error) for name, bad in registry.broken.items()}

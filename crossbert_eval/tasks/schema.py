@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from crossbert_model.args import ConfigError, MissingKeys, UnknownKeys, WrongType, from_dict, required
+from crossbert_model.args import ConfigError, MissingKeys, UnknownKeys, WrongType, from_dict, required, safe_load_yaml
 
 from .errors import TaskError
 from .formats import BEIR, format_names
@@ -258,7 +258,7 @@ def _typed(cls: type, raw: dict, path: Path, where: str):
 
 def _read_task_yaml(path: Path) -> dict:
     try:
-        spec = yaml.safe_load(path.read_text())
+        spec = safe_load_yaml(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
