@@ -190,6 +190,8 @@ def is_ours(owner: dict) -> bool:
 def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
+    if os.name == "nt":  # os.kill(pid, 0) there sends Ctrl-C (signal 0 is CTRL_C_EVENT): ask the kernel instead
+        return _windows_pid_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -197,6 +199,21 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    """Whether `pid` runs, on Windows (untested here: no Windows machine; the logic is the documented Win32 one)."""
+    import ctypes
+
+    kernel32 = ctypes.windll.kernel32
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return kernel32.GetLastError() == 5  # ERROR_ACCESS_DENIED: it exists, owned by someone else
+    try:
+        code = ctypes.c_ulong()
+        return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def timestamp() -> str:
