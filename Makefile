@@ -33,9 +33,9 @@ reference:
 	cd $(RUNS)/sweeps/$(SWEEP) && cp -r results tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/$(SWEEP)/
 	rm -rf results/$(SWEEP)/results/claims results/$(SWEEP)/results/.store.lock   # a running sweep's state, not a result
 
-# The test suite CI runs: everything but the `slow` tier (626 tests; 223 s by pytest, 3 min 51 s for the whole process,
-# 296 s CPU, on the idle 2-core EPYC, 2026-12-05; expensive fixtures are built once per run, report tests draw
-# only the plots they check).
+# The test suite CI runs: everything but the `slow` tier (693 tests; 250 s by pytest, 5 min 27 s for `.ci/run` on a
+# fresh clone including the environment, on the idle 2-core EPYC, 2026-12-05; expensive fixtures are built once per
+# run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup
