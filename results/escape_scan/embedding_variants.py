@@ -1,7 +1,7 @@
 """The input embeddings of a tiny model during its first steps: do they collapse, and does keeping them large take
 CrossBERT off the unigram plateau? (results/escape_scan/README.md, "Mechanism")
 
-    python results/escape_scan/embedding_variants.py [--objective crossbert|mlm] [--seed 1] [--steps 400]
+    python results/escape_scan/embedding_variants.py [--objective crossbert|mlm] [--preset tiny] [--seed 1] [--steps 400]
         [--embedding-std S | --embedding-lr-scale F | --embedding-multiplier M] [--out-dir runs/embedding_variants]
 
 As configs/sweep/escape_scan.yaml otherwise (tiny, batch 32 x 128, lr 2e-3 with 50 warm-up steps and cosine to
@@ -51,6 +51,7 @@ def scale_embedding_updates(optimizer: torch.optim.Optimizer, embeddings: torch.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objective", choices=["crossbert", "mlm"], default="crossbert")
+    parser.add_argument("--preset", default="tiny")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=400)
     change = parser.add_mutually_exclusive_group()
@@ -62,9 +63,9 @@ def main() -> None:
     changed = {k: v for k, v in vars(args).items() if k.startswith("embedding_") and v is not None}
     label = "-".join(f"{k.removeprefix('embedding_').replace('_', '-')}{v:g}" for k, v in changed.items()) or "default"
     cfg = TrainConfig(
-        name=f"{args.objective}-{label}-{args.steps}-s{args.seed}", out_dir=args.out_dir, seed=args.seed,
+        name=f"{args.objective}-{args.preset}-{label}-{args.steps}-s{args.seed}", out_dir=args.out_dir, seed=args.seed,
         steps=args.steps, batch_size=32,
-        model=ModelArgs(preset="tiny", objective=args.objective, mask_ratio=0.5 if args.objective == "crossbert" else 0.15),
+        model=ModelArgs(preset=args.preset, objective=args.objective, mask_ratio=0.5 if args.objective == "crossbert" else 0.15),
         optim=OptimArgs(lr=2e-3, warmup_steps=50),
         data=DataArgs(corpus=str(data_root() / "wikipedia_en_2015"), tokenizer="train", vocab_size=4096, seq_len=128,
                       cache_dir="runs/cache"),
@@ -89,7 +90,8 @@ def main() -> None:
             trajectory.append((step, round(float(out["loss"]), 3), round(participation_ratio(embedding.weight.detach()), 1)))
     losses = {k: round(v, 4) for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
               if k.startswith(("shared_loss_r", "unigram_entropy_r"))}
-    print(json.dumps({"objective": args.objective, "seed": args.seed, "steps": args.steps, **changed, **losses,
+    preset = {} if args.preset == "tiny" else {"preset": args.preset}  # the first lines, all tiny, carry none
+    print(json.dumps({"objective": args.objective, **preset, "seed": args.seed, "steps": args.steps, **changed, **losses,
                       "step_loss_embedding_pr": trajectory}))
 
 
