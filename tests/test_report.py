@@ -183,24 +183,25 @@ def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
 
 
 def _noise_store(root: Path, cells: dict, ci: dict | None = None, sweep: dict | None = None) -> Path:
-    """cells: {(objective, task, layer): [score per seed]} on one size ("nano", 2 layers); ci: the same keys
-    -> (low, high) written on every seed's row (one-seed sweeps); sweep: sweep.yaml (default: the objectives
-    of `cells` in order, the first the reference)."""
+    """cells: {(objective, task, layer[, size]): [score per seed]}, size "nano" (2 layers, 1,000 non-embedding
+    parameters) unless named ("tiny": 4,000); ci: the same keys -> (low, high) written on every seed's row (one-seed
+    sweeps); sweep: sweep.yaml (default: the objectives of `cells` in order, the first the reference)."""
     sweep = sweep or {"objectives": [{"name": o} for o in dict.fromkeys(k[0] for k in cells)]}
     (root / "sweep.yaml").write_text(json.dumps(sweep))  # YAML reads JSON
-    checkpoints, results = [], []
-    for (objective, task, layer), values in cells.items():
+    checkpoints, results = {}, []
+    for key, values in cells.items():
+        objective, task, layer, size = (*key, "nano")[:4]
         for seed, value in enumerate(values):
-            fp = f"{objective}-nano-{seed}"
-            checkpoints.append({"run": f"{objective}-nano-s{seed}", "objective": objective, "size": "nano", "seed": seed, "step": 10,
-                                "total_steps": 10, "checkpoint": fp, "model_fingerprint": fp, "params_non_embedding": 1000,
-                                "params_encoder": 1000, "hidden_size": 8, "layers": 2, "corpus_tokens": 10, "train_flops": 1e6,
-                                "val_loss": 5.0})  # fmt: skip
-            low, high = (ci or {}).get((objective, task, layer), (None, None))
+            fp = f"{objective}-{size}-{seed}"
+            checkpoints[fp] = {"run": f"{objective}-{size}-s{seed}", "objective": objective, "size": size, "seed": seed, "step": 10,
+                               "total_steps": 10, "checkpoint": fp, "model_fingerprint": fp,
+                               "params_non_embedding": {"nano": 1000, "tiny": 4000}[size], "params_encoder": 1000,
+                               "hidden_size": 8, "layers": 2, "corpus_tokens": 10, "train_flops": 1e6, "val_loss": 5.0}  # fmt: skip
+            low, high = (ci or {}).get(key, (None, None))
             results.append({"model_fingerprint": fp, "task": task, "family": "glue", "split": "validation", "probe": "linear",
                             "layer": layer, "relative_depth": layer / 2, "pooling": "mean", "metric": "accuracy", "value": value,
                             "is_main": True, "ci_low": low, "ci_high": high})  # fmt: skip
-    _write_jsonl(root / "checkpoints.jsonl", checkpoints)
+    _write_jsonl(root / "checkpoints.jsonl", list(checkpoints.values()))
     _write_jsonl(root / "results" / "results.jsonl", results)
     return root
 
@@ -430,6 +431,35 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
            "2 not comparable: a run on the unigram plateau)." in md
     assert "## The unigram plateau" in md
     assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md
+
+
+def test_each_objective_at_the_next_size_up_is_tested_against_the_size_below_unless_a_run_is_on_the_plateau(tmp_path):
+    from scipy import stats as scipy_stats
+
+    cells = {
+        ("mlm", "SST-2", 2, "nano"): [0.60, 0.61, 0.62], ("mlm", "SST-2", 2, "tiny"): [0.70, 0.71, 0.72],  # 10 points up
+        ("mlm", "STS-B", 2, "nano"): [0.60, 0.62, 0.64], ("mlm", "STS-B", 2, "tiny"): [0.61, 0.63, 0.65],  # within noise
+        ("crossbert", "SST-2", 2, "nano"): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2, "tiny"): [0.40, 0.41, 0.42],
+    }  # fmt: skip
+    root = _noise_store(tmp_path, cells)
+
+    def losses(row: dict) -> dict:  # every run 1.5 nats below the entropy, but crossbert-tiny-s1: 0.4, on the plateau
+        on = row["run"] == "crossbert-tiny-s1"
+        return {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 6.6 if on else 5.5}
+
+    _rewrite_checkpoints(root, losses)
+    md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
+    table = pd.read_csv(root / "tables" / "comparisons.csv").fillna({"objective": ""})
+    sizes = table[table["comparison"] == "larger size - smaller size"].set_index(["objective", "task"])
+    assert len(sizes) == 3 and set(sizes["size"]) == {"nano -> tiny"}  # the smaller size is the one with fewer parameters
+    row = sizes.loc[("mlm", "SST-2")]
+    assert row["diff"] == pytest.approx(10.0) and row["verdict"] == "beyond noise"
+    assert row["p_value"] == pytest.approx(scipy_stats.ttest_ind([70.0, 71.0, 72.0], [60.0, 61.0, 62.0], equal_var=False).pvalue)
+    assert sizes.loc[("mlm", "STS-B"), "verdict"] == "within noise"
+    # 20 points down, but one seed of the larger CrossBERT has not left the plateau: no verdict, the difference shown
+    assert sizes.loc[("crossbert", "SST-2"), "verdict"] == "not comparable: crossbert-tiny-s1 on the unigram plateau"
+    assert sizes.loc[("crossbert", "SST-2"), "diff"] == pytest.approx(-20.0)
+    assert "**larger size - smaller size**: 1 of 3 differences are beyond noise" in md and "mlm nano -> tiny SST-2:linear (+10.00" in md
 
 
 def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monkeypatch):

@@ -104,6 +104,15 @@ def test_plans_give_every_run_the_same_token_budget_cheapest_first():
     assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
 
 
+def test_the_second_target_trains_both_objectives_at_two_sizes_with_crossberts_larger_embedding_draw():
+    runs = plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_second_target.yaml"))
+    assert {(r.train.model.objective, r.size, r.seed) for r in runs} == {
+        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("tiny", "tiny4") for seed in (0, 1, 2)}
+    assert {r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs} == {8_007_680}
+    # the lever that takes CrossBERT off the plateau (results/escape_scan); flat MLM's tied head diverges with it
+    assert {r.train.model.objective: r.train.model.embedding_init_std for r in runs} == {"mlm": None, "crossbert": 1.0}
+
+
 def test_compute_budget_gives_bigger_models_fewer_tokens():
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["budget=flops", "budget_flops=1e14"])
     tokens = {(r.objective.name, r.size): r.train.steps for r in plan_runs(cfg)}

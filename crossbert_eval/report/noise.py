@@ -152,12 +152,18 @@ COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "a_mea
                       "a_std", "b_std", "a_seeds", "b_seeds", "test", "noise", "p_value", "p_adjusted", "verdict"]  # fmt: skip
 
 
+# The scaling question: one objective at the next size up against the size below (last layer, final checkpoints).
+SIZE_COMPARISON = "larger size - smaller size"
+
+
 def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=None, plateau: pd.DataFrame | None = None,
-                ) -> pd.DataFrame:  # fmt: skip
+                across_sizes: bool = False) -> pd.DataFrame:  # fmt: skip
     """The comparisons the report makes, each with its test and verdict:
     * objectives at each size: the `reference` objective (reference_objective: the sweep config's) vs every
       other objective, per task and probe (final checkpoints, last layer, main metric); none without a reference;
-    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe.
+    * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe;
+    * with `across_sizes`: each objective's adjacent sizes (ordered by non-embedding parameters), the larger minus the
+      smaller, per task and probe (last layer; `size` reads "smaller -> larger").
     Tests: Welch over seeds, or for two 1-seed scores of one model the paired bootstrap over evaluation examples
     (`predictions`: ResultsStore.load_predictions); then the report's correction over every tested comparison
     (family_verdicts). `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the
@@ -177,6 +183,8 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
     pairs = _with_units(_pair_values(ends, keys, "end", "layer 0", "last layer"), ends, keys, "end", "layer 0", "last layer")
     if len(pairs):
         parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer", within_model=True))
+    if across_sizes:
+        parts += _size_pairs(by_objective)
     if not parts:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
     out = paired_tests(seed_tests(pd.concat(parts, ignore_index=True)), predictions)
@@ -184,6 +192,19 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
     out = family_verdicts(plateau_verdicts(out.assign(verdict=""), plateau))
     out = out.sort_values(["comparison", "params_non_embedding", "objective", "task", "probe"])
     return out[COMPARISON_COLUMNS]
+
+
+def _size_pairs(last_layer: pd.DataFrame) -> list[pd.DataFrame]:
+    """Per objective, each size against the next size up: one row per task and probe scored at both."""
+    parts, keys = [], ["objective", "task", "probe"]
+    for objective, rows in last_layer.groupby("objective"):
+        params = rows.groupby("size")["params_non_embedding"].max().sort_values()
+        for smaller, larger in zip(params.index, params.index[1:]):
+            pairs = _with_units(_pair_values(rows, keys, "size", smaller, larger), rows, keys, "size", smaller, larger)
+            if len(pairs):
+                parts.append(pairs.assign(comparison=SIZE_COMPARISON, size=f"{smaller} -> {larger}", a=smaller, b=larger,
+                                          params_non_embedding=params[larger], within_model=False))  # fmt: skip
+    return parts
 
 
 def plateau_runs(plateau: pd.DataFrame | None, size, objectives) -> list[str]:
@@ -200,13 +221,15 @@ def not_comparable(runs: list[str]) -> str:
 
 def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.DataFrame:
     """A comparison that involves a run on the unigram plateau (any seed of either side: both objectives
-    of an objective comparison, the objective of a depth comparison) gets no verdict but
-    'not comparable: <runs> on the unigram plateau' (issue 20). The numbers stay."""
+    of an objective comparison, the objective of a depth comparison, both sizes of a size comparison) gets no
+    verdict but 'not comparable: <runs> on the unigram plateau' (issue 20). The numbers stay."""
     if plateau is None or plateau.empty:
         return table
     out = table.copy()
     for i, row in out.iterrows():
-        runs = plateau_runs(plateau, row["size"], [row["objective"]] if row["objective"] else [row["a"], row["b"]])
+        sizes = [row["a"], row["b"]] if row["comparison"] == SIZE_COMPARISON else [row["size"]]
+        objectives = [row["objective"]] if row["objective"] else [row["a"], row["b"]]
+        runs = sorted({run for size in sizes for run in plateau_runs(plateau, size, objectives)})
         if runs:
             out.loc[i, "verdict"] = not_comparable(runs)
     return out
@@ -218,7 +241,7 @@ def _named(row: pd.Series) -> str:
     return f"{who}{row['size']} {row['task']}:{row['probe']} ({row['diff']:+.2f}, adjusted p {row['p_adjusted']:.2g}){evaluation_only}"
 
 
-NO_COMPARISONS = "No comparisons: a sweep needs two objectives at one size, or a layer-0 and a last-layer score."
+NO_COMPARISONS = "No comparisons: a sweep needs two objectives or two sizes, or a layer-0 and a last-layer score."
 
 
 def noise_paragraph(table: pd.DataFrame, no_comparisons: str = NO_COMPARISONS) -> str:

@@ -71,7 +71,7 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     reference = reference_objective(sweep_config(root))
     extras = {
         "plateau": plateau,
-        "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau),
+        "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau, across_sizes=True),
         "geometry": geometry_seed_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
     }
@@ -139,7 +139,8 @@ def render_sweep_markdown(
         "## Which differences are beyond noise",
         "",
         f"Objectives: {_objectives_compared(reference_objective(sweep_config(root)))}; depth: layer 0 against the last layer "
-        "of each objective and size. The plots' error bars describe the spread; this table tests it.",
+        "of each objective and size; size: each objective's last layer at the next size up against the size below. "
+        "The plots' error bars describe the spread; this table tests it.",
         "",
         methods_paragraph(compared),
         "",
