@@ -26,7 +26,7 @@ demo: setup
 	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_small.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
 
 # The main job's second target: the same comparison with every run off the unigram plateau, which 30 minutes on
-# 2 cores cannot give (2 sizes, tiny and tiny4, x 2 objectives x 3 seeds, 8.0M corpus tokens per run; about 2 hours
+# 2 cores cannot give (2 sizes, tiny and tiny4, x 2 objectives x 3 seeds, 8.0M corpus tokens per run; about 100 minutes
 # on 2 cores with native bf16: results/cpu_second_target/README.md). Resumable like the main job.
 second-target: setup
 	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_second_target.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
