@@ -40,7 +40,7 @@ reference:
 	rm -rf results/$(SWEEP)/results/claims   # a running sweep's state, not a result; so are its lock files:
 	find results/$(SWEEP) -name '.*.lock' -delete
 
-# The test suite CI runs: everything but the `slow` tier (696 tests; 283 s by pytest, 5 min 27 s for `.ci/run` on a
+# The test suite CI runs: everything but the `slow` tier (696 tests; 271 s by pytest, 5 min 50 s for `.ci/run` on a
 # fresh clone including the environment, on the idle 2-core EPYC, 2026-12-05; expensive fixtures are built once per
 # run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
