@@ -31,7 +31,7 @@ demo: setup
 second-target: setup
 	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_second_target.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
 
-# Copy a sweep's outputs (results store, tables, plots, report; no checkpoints or feature cache) to results/
+# Copy a sweep's outputs (results store xz-compressed, tables, plots, report; no checkpoints or feature cache) to results/
 # as a reference run: `make reference` (the main job) or `make reference SWEEP=sample_efficiency`.
 SWEEP ?= cpu_small
 reference:
@@ -39,8 +39,9 @@ reference:
 	cd $(RUNS)/sweeps/$(SWEEP) && cp -r results tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/$(SWEEP)/
 	rm -rf results/$(SWEEP)/results/claims   # a running sweep's state, not a result; so are its lock files:
 	find results/$(SWEEP) -name '.*.lock' -delete
+	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
-# The test suite CI runs: everything but the `slow` tier (696 tests; 271 s by pytest, 5 min 50 s for `.ci/run` on a
+# The test suite CI runs: everything but the `slow` tier (697 tests; 260 s by pytest, 5 min 50 s for `.ci/run` on a
 # fresh clone including the environment, on the idle 2-core EPYC, 2026-12-05; expensive fixtures are built once per
 # run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import lzma
 import os
 import platform
 import shutil
@@ -216,12 +217,14 @@ def _cut_torn_tail(f) -> None:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The one JSONL reader: every whole line, each a JSON object; a torn final line (a writer killed
-    mid-append) is skipped, a bad line elsewhere is an error naming the file and line."""
+    mid-append) is skipped, a bad line elsewhere is an error naming the file and line. A `.xz` path is read
+    through lzma (committed reference stores are kept compressed: `make reference`)."""
     path = Path(path)
     if not path.exists():
         return []
     rows = []
-    with open(path) as f:
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt") as f:
         for lineno, line in enumerate(f, 1):
             if not line.endswith("\n"):
                 break  # torn final line of a killed writer

@@ -433,6 +433,22 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md
 
 
+def test_a_committed_reference_with_its_store_xz_compressed_gives_the_same_report(tmp_path):
+    import lzma
+
+    cells = {("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82]}
+    (tmp_path / "plain").mkdir(), (tmp_path / "packed").mkdir()
+    plain = _noise_store(tmp_path / "plain", cells)
+    build_sweep_report(plain, plots=TABLES_ONLY)
+    packed = _noise_store(tmp_path / "packed", cells)
+    store = packed / "results" / "results.jsonl"
+    (packed / "results" / "results.jsonl.xz").write_bytes(lzma.compress(store.read_bytes()))
+    store.unlink()  # what `make reference` leaves
+    build_sweep_report(packed, plots=TABLES_ONLY)
+    scores = [pd.read_csv(root / "tables" / "scores.csv") for root in (plain, packed)]
+    assert len(scores[0]) == 6 and scores[0].equals(scores[1])
+
+
 def test_each_objective_at_the_next_size_up_is_tested_against_the_size_below_unless_a_run_is_on_the_plateau(tmp_path):
     from scipy import stats as scipy_stats
 

@@ -1,7 +1,7 @@
 """Reading a sweep or zoo folder: its score rows, its checkpoints and the frames the tables are built from.
 
     checkpoints.jsonl         one row per probed checkpoint (a zoo: per model): objective, size, step, params, tokens, FLOPs, losses
-    results/results.jsonl     every probe / geometry / mteb row
+    results/results.jsonl     every probe / geometry / mteb row (a committed reference: results.jsonl.xz)
     unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
 """
 
@@ -36,7 +36,11 @@ UNIGRAM_FILE = "unigram_entropies.jsonl"
 
 
 def results_path(root: Path) -> Path:
-    return root / "results" / RESULTS_FILE
+    """The folder's score rows: results/results.jsonl, or its xz-compressed copy where only that is there (a
+    committed reference, `make reference`)."""
+    plain = root / "results" / RESULTS_FILE
+    packed = plain.with_name(RESULTS_FILE + ".xz")
+    return packed if packed.is_file() and not plain.is_file() else plain
 
 
 def read_result_rows(root: Path) -> list[dict]:
