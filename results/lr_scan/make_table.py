@@ -1,7 +1,9 @@
-"""The learning-rate scan's table (results/lr_scan/README.md) from the runs' metrics.jsonl:
+"""A learning-rate scan's table (results/lr_scan/README.md) from the runs' metrics.jsonl of one or more sweeps:
 own-ratio shared-protocol loss along training and its margin below the unigram entropy.
 
     python results/lr_scan/make_table.py runs/sweeps/lr_scan > results/lr_scan/table.md
+    python results/lr_scan/make_table.py runs/sweeps/lr_scan_second_target runs/sweeps/lr_scan_second_target_seeds \\
+        > results/lr_scan_second_target/table.md
 """
 
 import json
@@ -27,12 +29,14 @@ def rows(sweep: Path):
         yield name, ratio, entropy, losses
 
 
-def main(sweep: str) -> None:
+def main(sweeps: list[str]) -> None:
     steps = [150, 300, 450, 600]
     print(f"| run | own ratio | unigram entropy | " + " | ".join(f"loss at {s * 4096 / 1e6:.2f}M tokens" for s in steps)
           + f" | final margin | off the plateau (>= {PLATEAU_MARGIN}) |")
     print("|---" * (len(steps) + 5) + "|")
-    for name, ratio, entropy, losses in rows(Path(sweep)):
+    for name, ratio, entropy, losses in (row for sweep in sweeps for row in rows(Path(sweep))):
+        if not losses:  # still training, before its first evaluation
+            continue
         last = losses[max(losses)]
         cells = [f"{losses[s]:.3f}" if s in losses else "-" for s in steps]
         print(f"| {name} | {ratio} | {entropy:.3f} | " + " | ".join(cells)
@@ -40,4 +44,4 @@ def main(sweep: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
