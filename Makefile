@@ -41,7 +41,7 @@ reference:
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
-# The test suite CI runs: everything but the `slow` tier (697 tests; 260 s by pytest, 5 min 50 s for `.ci/run` on a
+# The test suite CI runs: everything but the `slow` tier (698 tests; 271 s by pytest, 5 min 54 s for `.ci/run` on a
 # fresh clone including the environment, on the idle 2-core EPYC, 2026-12-05; expensive fixtures are built once per
 # run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
