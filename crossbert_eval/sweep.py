@@ -51,7 +51,7 @@ from crossbert_model.utils import (
 )
 
 from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
-from .report.loading import CHECKPOINTS_FILE, UNIGRAM_FILE
+from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, UNIGRAM_FILE
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -351,6 +351,19 @@ class Sweep:
             mteb_pooling=cfg.poolings[0], batch_size=cfg.batch_size,
         )  # fmt: skip
 
+    def record_reliance(self, run: RunSpec) -> None:
+        """The encoder reliance of the run's final checkpoint (crossbert_model.reliance), once, in RELIANCE_FILE."""
+        from crossbert_model.reliance import encoder_reliance_for_checkpoint
+
+        if self.rank or any(r.get("run") == run.key for r in read_jsonl(self.root / RELIANCE_FILE)):
+            return
+        final = dict(list_checkpoints(run.train.run_dir)).get(run.train.steps)
+        if final is None:
+            return
+        with self.timed("reliance", run, step=run.train.steps):
+            row = {"run": run.key, "step": run.train.steps, **encoder_reliance_for_checkpoint(final)}
+        append_jsonl(self.root / RELIANCE_FILE, [row])
+
     def _record_checkpoint(self, run: RunSpec, step: int, path: Path, encoder) -> None:
         if self.models.has(run=run.key, step=step):
             return
@@ -380,6 +393,9 @@ class Sweep:
         stamp = self.root / ".report_inputs.json"
         self.root.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(self.root / ".report.lock", waiting="waiting for another worker's report rebuild"):
+            for run in self.runs:  # runs completed before the sweep measured encoder reliance
+                if self.is_complete(run):
+                    self.record_reliance(run)
             inputs = self._report_inputs()
             if stamp.exists() and json.loads(stamp.read_text()) == inputs:
                 log.info("sweep %s: report up to date (nothing new since its last rebuild)", self.cfg.name)
@@ -390,7 +406,8 @@ class Sweep:
 
     def _report_inputs(self) -> dict:
         """The report's inputs as (inode, size) of its append-only files, taken before a rebuild starts."""
-        files = [self.results_dir / "results.jsonl", self.checkpoints_file, self.completed_file, self.root / UNIGRAM_FILE]
+        files = [self.results_dir / "results.jsonl", self.checkpoints_file, self.completed_file, self.root / UNIGRAM_FILE,
+                 self.root / RELIANCE_FILE]
         return {f.name: [f.stat().st_ino, f.stat().st_size] if f.exists() else None for f in files}
 
     # -- work: claimed runs ------------------------------------------------------------------------
@@ -419,6 +436,7 @@ class Sweep:
         with self.claims.held(run.key, heartbeat_s=self.cfg.claim_lease_s / 10):
             self.train_run(run)
             self.evaluate_run(run)
+            self.record_reliance(run)
             # recorded before the claim is dropped: no other worker can find it neither held nor complete
             row = {"run": run.key, "signature": completion_signature(self.cfg, run), **this_process(), "time": timestamp()}
             append_jsonl(self.completed_file, [row])

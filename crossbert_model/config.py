@@ -53,6 +53,13 @@ class CrossBertConfig(PretrainedConfig):
         predictor_heads: int | None = None,
         predictor_intermediate_size: int | None = None,
         complementary_masking: bool = True,
+        # Where the predictor gets positions (PREDICTOR_POSITION_ROUTES): "rotary" turns its queries and keys by their
+        # positions (it can find a masked token's neighbours by itself); "encoder" gives its keys none, so every position it
+        # uses comes out of the encoder, which then needs `absolute_positions` (CrossMAE's route).
+        predictor_positions: str = "rotary",
+        # Learned absolute position embeddings added to the encoder's input, beside its rotary attention (BERT's table,
+        # drawn like the token embeddings): what lets the encoder's output say where a token is.
+        absolute_positions: bool = False,
         pad_token_id: int = 0,
         mask_token_id: int = 4,
         cls_token_id: int = 2,
@@ -60,7 +67,8 @@ class CrossBertConfig(PretrainedConfig):
         num_special_tokens: int = 5,
         **kwargs,
     ):
-        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std)
+        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std,
+                           predictor_positions=predictor_positions, absolute_positions=absolute_positions)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
@@ -87,6 +95,8 @@ class CrossBertConfig(PretrainedConfig):
         self.mlm_mask_prob = mlm_mask_prob
         self.mlm_random_prob = mlm_random_prob
         self.complementary_masking = complementary_masking
+        self.predictor_positions = predictor_positions
+        self.absolute_positions = absolute_positions
         default_layers, default_width = default_predictor_shape(hidden_size, num_hidden_layers, self.intermediate_size, mlp_type)
         self.predictor_layers = predictor_layers or default_layers
         self.predictor_hidden_size = predictor_hidden_size or default_width
@@ -113,10 +123,17 @@ class CrossBertConfig(PretrainedConfig):
 
 MLP_TYPES = ("gelu", "swiglu")
 NORM_TYPES = ("layernorm", "rmsnorm")
+# The routes by which positions reach CrossBERT's predictor (config field `predictor_positions`), and what each needs of
+# the encoder. results/predictor_positions/README.md measures them side by side.
+PREDICTOR_POSITION_ROUTES = {
+    "rotary": "rotary on the predictor's queries and on the encoder outputs as its keys (keys carry positions of their own)",
+    "encoder": "queries = mask embedding + a learned query position; keys carry no position of their own, so positions "
+               "reach the predictor only through the encoder (CrossMAE); needs absolute_positions",
+}
 
 
 def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std=None,
-                       section: str = "") -> None:
+                       section: str = "", predictor_positions: str = "rotary", absolute_positions: bool = False) -> None:
     """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
     a ValueError naming the field with `section` in front ("model." for the model section, where
     crossbert_model.train_config makes it a ConfigError). A mask_ratio of None is the objective's default,
@@ -133,6 +150,12 @@ def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, nor
     if embedding_init_std is not None:
         ok = isinstance(embedding_init_std, (int, float)) and math.isfinite(embedding_init_std) and embedding_init_std > 0
         _require(ok, f"{section}embedding_init_std", "a positive number or null", embedding_init_std)
+    routes = tuple(PREDICTOR_POSITION_ROUTES)
+    _require(predictor_positions in routes, f"{section}predictor_positions", "one of " + ", ".join(routes), predictor_positions)
+    _require(isinstance(absolute_positions, bool), f"{section}absolute_positions", "true or false", absolute_positions)
+    # keys without positions of their own read positions from the encoder's output: a purely rotary encoder has none to give
+    expected = f"true when {section}predictor_positions is 'encoder' (the encoder's output must carry positions)"
+    _require(absolute_positions or predictor_positions != "encoder", f"{section}absolute_positions", expected, absolute_positions)
 
 
 # The wording of crossbert_model.args.require, written out here because this file may not import the package

@@ -9,7 +9,9 @@
   at the masked positions read the encoder outputs; queries never attend to each other.
 
 Rotary positions are always the token's position in the original sequence, so dropping tokens from
-the encoder input does not shift anyone's position.
+the encoder input does not shift anyone's position. Where positions reach the predictor is the config's
+`predictor_positions` (config.PREDICTOR_POSITION_ROUTES): by rotary on its queries and keys, or only
+through the encoder's output (learned absolute positions at the encoder's input, `absolute_positions`).
 
 This file travels inside every checkpoint (crossbert_model.portable): it imports only torch, transformers,
 config.py and masking.py.
@@ -114,8 +116,10 @@ class Attention(nn.Module):
         else:
             q, k, v = map(self._heads, self.qkv_proj(x).chunk(3, dim=-1))
             rope_k = rope_q
-        q = apply_rotary(q, *rope_q)
-        k = apply_rotary(k, *rope_k)
+        if rope_q is not None:  # None: positions are already in the vectors (the predictor's "encoder" route)
+            q = apply_rotary(q, *rope_q)
+        if rope_k is not None:
+            k = apply_rotary(k, *rope_k)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=_sdpa_key_mask(key_mask))
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
@@ -229,6 +233,10 @@ class CrossBertModel(CrossBertPreTrainedModel):
     def __init__(self, config: CrossBertConfig):
         super().__init__(config)
         self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        # absolute positions beside rotary: without them the encoder is purely relative and its output says nowhere where a token is
+        self.position_embeddings = (
+            nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.absolute_positions else None
+        )
         self.rotary = Rotary(config.head_dim, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
         self.norm = make_norm(config, config.hidden_size)
@@ -254,6 +262,8 @@ class CrossBertModel(CrossBertPreTrainedModel):
         key_mask = key_mask_of(attention_mask)  # None for unpadded batches: SDPA's unmasked (flash) path
         rope = self.rotary(position_ids)
         x = self.embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(position_ids)
         hidden_states = [x] if output_hidden_states else None
         for layer in self.layers:
             x = layer(x, rope, key_mask)
@@ -334,7 +344,12 @@ class Predictor(nn.Module):
         super().__init__()
         p, d = config.predictor_hidden_size, config.hidden_size
         self.mask_embedding = nn.Parameter(torch.zeros(p))
-        self.rotary = Rotary(p // config.predictor_heads, config.rope_theta)
+        # "rotary": queries and keys turned by their positions; "encoder": a learned position added to each query, and
+        # the keys (the encoder's outputs) get no position here (config.PREDICTOR_POSITION_ROUTES)
+        self.rotary = Rotary(p // config.predictor_heads, config.rope_theta) if config.predictor_positions == "rotary" else None
+        self.query_positions = (
+            nn.Embedding(config.max_position_embeddings, p) if config.predictor_positions == "encoder" else None
+        )
         self.layers = nn.ModuleList(PredictorBlock(config) for _ in range(config.predictor_layers))
         self.norm = make_norm(config, p)
         self.out_proj = nn.Linear(p, d, bias=False) if p != d else nn.Identity()
@@ -344,7 +359,10 @@ class Predictor(nn.Module):
         """Logits (num_valid_queries, vocab) for the queries at `query_positions` (N, Q)."""
         n, q = query_positions.shape
         queries = self.mask_embedding.to(context.dtype).expand(n, q, -1)
-        rope_q, rope_k = self.rotary(query_positions), self.rotary(context_positions)
+        if self.rotary is not None:
+            rope_q, rope_k = self.rotary(query_positions), self.rotary(context_positions)
+        else:
+            queries, rope_q, rope_k = queries + self.query_positions(query_positions).to(context.dtype), None, None
         for layer in self.layers:
             queries = layer(queries, rope_q, context, rope_k, key_mask_of(context_valid))
         out = self.out_proj(self.norm(queries.flatten(0, 1) if query_valid is None else queries[query_valid]))

@@ -105,6 +105,8 @@ def _crossbert_head_parameters(c: CrossBertConfig) -> dict[str, int]:
     the decoder bias (the vocabulary projection is the tied embedding)."""
     d, p = c.hidden_size, c.predictor_hidden_size
     predictor = p + c.predictor_layers * predictor_block_params(c) + norm_params(p, c.norm_type) + (p * d if p != d else 0)
+    if c.predictor_positions == "encoder":  # its learned query positions
+        predictor += c.max_position_embeddings * p
     return {"predictor": predictor, "head": c.vocab_size}
 
 
@@ -222,7 +224,7 @@ def parameter_counts(c: CrossBertConfig) -> dict[str, int]:
     back to the encoder width), `head` what maps a hidden state to vocabulary logits besides the tied
     embedding (flat MLM: BERT's transform + bias; CrossBERT: the bias), `pretraining_head` their sum."""
     d = c.hidden_size
-    embedding = c.vocab_size * d
+    embedding = (c.vocab_size + (c.max_position_embeddings if c.absolute_positions else 0)) * d
     encoder_blocks = c.num_hidden_layers * encoder_block_params(c) + norm_params(d, c.norm_type)
     head = objective_of(c).head_parameters(c)
     predictor, head = head["predictor"], head["head"]

@@ -52,6 +52,9 @@ class ModelArgs:
     mlp_type: str = "gelu"  # gelu | swiglu
     norm_type: str = "layernorm"  # layernorm | rmsnorm
     embedding_init_std: float | None = None  # default: the config's initializer_range (0.02)
+    # CrossBERT: where the predictor gets positions, "rotary" | "encoder" (crossbert_model.config.PREDICTOR_POSITION_ROUTES)
+    predictor_positions: str = "rotary"
+    absolute_positions: bool = False  # learned absolute positions at the encoder's input (the "encoder" route needs them)
 
 
 @dataclass
@@ -197,7 +200,8 @@ def _validate_model(m: ModelArgs) -> None:
     # the checks CrossBertConfig makes of the same values, named as this file names them (config.py raises plain
     # ValueErrors: it travels inside checkpoints without this package)
     try:
-        check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, m.embedding_init_std, section="model.")
+        check_model_values(m.mask_ratio, m.mlm_mask_prob, m.mlm_random_prob, m.mlp_type, m.norm_type, m.embedding_init_std,
+                           section="model.", predictor_positions=m.predictor_positions, absolute_positions=m.absolute_positions)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
@@ -264,6 +268,8 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConf
         mlp_type=m.mlp_type,
         norm_type=m.norm_type,
         embedding_init_std=m.embedding_init_std,
+        predictor_positions=m.predictor_positions,
+        absolute_positions=m.absolute_positions,
         max_position_embeddings=data.seq_len,
         **shape,
         **tokens,

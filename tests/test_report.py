@@ -433,6 +433,37 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md
 
 
+def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_gives_no_verdict(tmp_path):
+    cells = {("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
+             ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52]}  # fmt: skip
+    root = _noise_store(tmp_path, cells)
+    # every run 2 nats below its unigram entropy, off the plateau; the order-blind encoder loses 1.0 nat of flat MLM's
+    # margin and of CrossBERT seeds 0 and 2's, but only 0.2 nats (a tenth) of CrossBERT seed 1's
+    _rewrite_checkpoints(root, lambda row: {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 5.0})
+    _write_jsonl(root / loading.RELIANCE_FILE, [
+        {"run": f"{o}-nano-s{s}", "step": 10, "reliance_loss": 5.0, "reliance_unigram_entropy": 7.0, "reliance_loss_bypassed": 6.9,
+         "reliance_loss_order_blind": 5.2 if (o, s) == ("crossbert", 1) else 6.0, "identity_share_l0": 1.0, "swap_pooled_l0": 0.0,
+         "swap_neighbour_l0": 0.0, "identity_share_l1": 0.5, "swap_pooled_l1": 0.3, "swap_neighbour_l1": 0.1}
+        for o in ("mlm", "crossbert") for s in range(3)])  # fmt: skip
+    md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
+    reliance = pd.read_csv(root / "tables" / "encoder_reliance.csv").set_index("run")
+    assert reliance.loc["crossbert-nano-s1", "order_blind_share"] == pytest.approx(0.1)
+    assert reliance.loc["mlm-nano-s0", "order_blind_share"] == pytest.approx(0.5)
+    assert reliance.loc["crossbert-nano-s0", "bypassed_share"] == pytest.approx(0.95)
+    assert reliance["encoder_carries_context"].to_dict() == {
+        **{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
+    plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
+    assert (plateau["off_plateau"] == "yes").all() and plateau.loc["crossbert-nano-s1", "encoder_carries_context"] == "no"
+    layers = pd.read_csv(root / "tables" / "encoder_layers.csv")
+    assert len(layers) == 12 and layers[layers["layer"] == 1]["identity_share"].eq(0.5).all()
+    table = pd.read_csv(root / "tables" / "comparisons.csv").fillna({"objective": ""})
+    objectives = table[table["comparison"] == "crossbert - mlm"]
+    assert (objectives["verdict"] == "not comparable: crossbert-nano-s1 whose encoder does not carry context").all()
+    assert (table[table["objective"] == "mlm"]["verdict"] != objectives["verdict"].iloc[0]).all()  # flat MLM's own tests stand
+    assert "## Encoder reliance: does the encoder carry context?" in md
+    assert "1 not comparable: a run whose encoder does not carry context" in md
+
+
 def test_a_committed_reference_with_its_store_xz_compressed_gives_the_same_report(tmp_path):
     import lzma
 

@@ -18,7 +18,7 @@ import pytest
 
 from crossbert_model.args import ConfigError, deep_merge, dump_yaml, load_config
 from crossbert_model.utils import append_jsonl, read_jsonl
-from crossbert_eval.sweep import SweepConfig, plan_runs
+from crossbert_eval.sweep import Sweep, SweepConfig, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -218,7 +218,6 @@ def test_an_objective_carries_its_own_model_options(tmp_path):
 
 @pytest.mark.parametrize("every_s, reports", [(0.0, 12), (3600.0, 1)])
 def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path, monkeypatch, every_s, reports):
-    from crossbert_eval.sweep import Sweep
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", f"report_every_s={every_s}"])
     sweep, calls = Sweep(cfg), []
@@ -258,6 +257,17 @@ def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_fi
     assert row["unigram_entropy"] == pytest.approx(recorded["unigram_entropy_r50"], rel=1e-12)
     assert row["margin"] == pytest.approx(recorded["unigram_entropy_r50"] - recorded["shared_loss_r50"])
     assert row["off_plateau"] in ("yes", "no")  # known, no longer "unknown"
+
+    # the encoder reliance of the same run, measured once for the sweep and joined onto its final checkpoint's row
+    sweep = Sweep(cfg)
+    sweep.record_reliance(run), sweep.record_reliance(run)
+    (measured,) = read_jsonl(cfg.root / "encoder_reliance.jsonl")
+    assert measured["run"] == run.key and measured["step"] == run.train.steps
+    assert measured["reliance_unigram_entropy"] == pytest.approx(recorded["unigram_entropy_r50"], rel=1e-12)  # the same targets
+    assert measured["reliance_loss"] == pytest.approx(recorded["shared_loss_r50"], rel=1e-4)  # the same protocol
+    (row,) = plateau_table(load_checkpoints(cfg.root)).to_dict("records")
+    assert row["margin"] <= 0  # two steps: above the unigram entropy, so the encoder rule has no margin to share out
+    assert pd.isna(row["order_blind_share"]) and row["encoder_carries_context"] == "unknown"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -377,7 +387,6 @@ def test_a_run_launched_through_submitits_local_executor_lands_in_the_store(tmp_
 
 def _stub_sweep(tmp_path: Path, monkeypatch, *overrides: str):
     """The main job's plan (12 runs) in tmp_path, with training, probing and the report replaced by a log of calls."""
-    from crossbert_eval.sweep import Sweep
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", *overrides])
     sweep, calls = Sweep(cfg), []
@@ -427,7 +436,6 @@ def test_a_run_complete_under_other_probe_settings_is_probed_again(tmp_path, mon
 
 def test_workers_finishing_together_rebuild_the_report_once(tmp_path, monkeypatch):
     import crossbert_eval.report.sweep_report
-    from crossbert_eval.sweep import Sweep
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"])
     builds = []
@@ -460,7 +468,6 @@ def test_a_timed_out_job_drops_its_runs_claim_and_is_requeued(tmp_path):
     from submitit.helpers import DelayedSubmission
 
     from crossbert_eval.launcher import RunJob
-    from crossbert_eval.sweep import Sweep
 
     sweep = Sweep(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"]))
     key = sweep.runs[0].key

@@ -3,6 +3,7 @@
     checkpoints.jsonl         one row per probed checkpoint (a zoo: per model): objective, size, step, params, tokens, FLOPs, losses
     results/results.jsonl     every probe / geometry / mteb row (a committed reference: results.jsonl.xz)
     unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
+    encoder_reliance.jsonl    one row per run: the encoder reliance of its final checkpoint (crossbert_model.reliance)
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
 # Unigram entropies and own mask ratios of runs trained before the trainer recorded them, one row per run
 # (crossbert_eval.sweep.fill_unigram_entropies, `crossbert plateau SWEEP_DIR`): they fill checkpoints.jsonl's gaps.
 UNIGRAM_FILE = "unigram_entropies.jsonl"
+# The encoder reliance of each run's final checkpoint (crossbert_model.reliance), one row per run: written by the sweep
+# after a run's probes (crossbert_eval.sweep), joined onto the final checkpoint's row of checkpoints.jsonl here.
+RELIANCE_FILE = "encoder_reliance.jsonl"
 
 
 def results_path(root: Path) -> Path:
@@ -52,7 +56,16 @@ def load_checkpoints(root: Path) -> pd.DataFrame:
     """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params), with
     the own mask ratio and unigram entropies of older runs filled in from UNIGRAM_FILE where it exists."""
     checkpoints = pd.DataFrame(read_jsonl(root / CHECKPOINTS_FILE))
-    return fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
+    checkpoints = fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
+    return with_reliance(checkpoints, pd.DataFrame(read_jsonl(root / RELIANCE_FILE)))
+
+
+def with_reliance(checkpoints: pd.DataFrame, reliance: pd.DataFrame) -> pd.DataFrame:
+    """`checkpoints` with each run's encoder-reliance columns on the row of the checkpoint they were measured on."""
+    if checkpoints.empty or reliance.empty:
+        return checkpoints
+    reliance = reliance.drop_duplicates(["run", "step"], keep="last")
+    return checkpoints.merge(reliance, on=["run", "step"], how="left", suffixes=("", "_reliance"))
 
 
 def fill_by_run(checkpoints: pd.DataFrame, filled: pd.DataFrame) -> pd.DataFrame:

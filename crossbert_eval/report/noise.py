@@ -207,31 +207,44 @@ def _size_pairs(last_layer: pd.DataFrame) -> list[pd.DataFrame]:
     return parts
 
 
-def plateau_runs(plateau: pd.DataFrame | None, size, objectives) -> list[str]:
-    """The runs of `objectives` at `size` (every seed) that are still on the unigram plateau."""
+# The rules a run must pass before its features are compared, as the columns of plateau_table that say so, and the
+# words a withheld verdict gives for a run that fails each (crossbert_model.plateau; crossbert_model.reliance).
+RUN_RULES = {
+    "off_plateau": "on the unigram plateau",
+    "encoder_carries_context": "whose encoder does not carry context",
+}
+
+
+def failing_runs(plateau: pd.DataFrame | None, size, objectives) -> dict[str, list[str]]:
+    """The runs of `objectives` at `size` (every seed) that fail each rule of RUN_RULES: {rule column: runs}."""
     if plateau is None or plateau.empty:
-        return []
-    on = plateau[(plateau["off_plateau"] == "no") & (plateau["size"] == size) & plateau["objective"].isin(list(objectives))]
-    return sorted(on["run"])
+        return {}
+    here = plateau[(plateau["size"] == size) & plateau["objective"].isin(list(objectives))]
+    return {rule: sorted(here.loc[here[rule] == "no", "run"]) for rule in RUN_RULES if rule in here and (here[rule] == "no").any()}
 
 
-def not_comparable(runs: list[str]) -> str:
-    return f"not comparable: {', '.join(runs)} on the unigram plateau"
+def not_comparable(runs: list[str] | dict[str, list[str]]) -> str:
+    """The withheld verdict: runs by the rule they fail (a plain list: on the unigram plateau)."""
+    failing = runs if isinstance(runs, dict) else {"off_plateau": list(runs)}
+    return "not comparable: " + "; ".join(f"{', '.join(r)} {RUN_RULES[rule]}" for rule, r in failing.items() if r)
 
 
 def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.DataFrame:
-    """A comparison that involves a run on the unigram plateau (any seed of either side: both objectives
-    of an objective comparison, the objective of a depth comparison, both sizes of a size comparison) gets no
-    verdict but 'not comparable: <runs> on the unigram plateau' (issue 20). The numbers stay."""
+    """A comparison that involves a run failing a rule (any seed of either side: both objectives of an objective
+    comparison, the objective of a depth comparison, both sizes of a size comparison) gets no verdict but
+    'not comparable: <runs> on the unigram plateau' or '... whose encoder does not carry context'. The numbers stay."""
     if plateau is None or plateau.empty:
         return table
     out = table.copy()
     for i, row in out.iterrows():
         sizes = [row["a"], row["b"]] if row["comparison"] == SIZE_COMPARISON else [row["size"]]
         objectives = [row["objective"]] if row["objective"] else [row["a"], row["b"]]
-        runs = sorted({run for size in sizes for run in plateau_runs(plateau, size, objectives)})
-        if runs:
-            out.loc[i, "verdict"] = not_comparable(runs)
+        failing: dict[str, set] = {}
+        for size in sizes:
+            for rule, runs in failing_runs(plateau, size, objectives).items():
+                failing.setdefault(rule, set()).update(runs)
+        if failing:
+            out.loc[i, "verdict"] = not_comparable({rule: sorted(runs) for rule, runs in failing.items()})
     return out
 
 
@@ -252,12 +265,13 @@ def noise_paragraph(table: pd.DataFrame, no_comparisons: str = NO_COMPARISONS) -
     lines = []
     for comparison, sub in table.groupby("comparison", sort=False):
         counts = sub["verdict"].value_counts()
-        withheld = int(sub["verdict"].str.startswith("not comparable").sum())
+        withheld = "".join(f", {n} not comparable: a run {reason}" for reason in RUN_RULES.values()
+                           if (n := int(sub["verdict"].str.contains(reason, regex=False).sum())))
         named = ", ".join(_named(r) for _, r in sub[sub["verdict"] == "beyond noise"].iterrows())
         lines.append(
             f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are beyond noise"
             f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} untested"
-            + (f", {withheld} not comparable: a run on the unigram plateau" if withheld else "") + ")"
+            + withheld + ")"
             + (f": {named}." if named else ".")
         )
     return "\n".join(lines)
@@ -271,7 +285,7 @@ def methods_paragraph(table: pd.DataFrame) -> str:
         f"`diff_ci_low` / `diff_ci_high`: its uncorrected {1 - S.ALPHA:.0%} interval of the difference). With one seed: two "
         f"scores of the same pre-trained model on one evaluation set (layer 0 and the last layer) by the {S.PAIRED}, labelled "
         f"`{S.EVALUATION_NOISE}`; two different models with one seed each are not tested. Multiple comparisons: "
-        f"{S.CORRECTION} over the {family} tested comparisons of this report (those withheld by the unigram-plateau rule are "
+        f"{S.CORRECTION} over the {family} tested comparisons of this report (those withheld by the unigram-plateau or encoder rule are "
         f"left out), false-discovery rate {S.ALPHA:g}: a difference is beyond noise when its adjusted p-value (`p_adjusted`) "
         f"is at most {S.ALPHA:g}. When no difference is real this bounds the chance of any false call at {S.ALPHA:g} "
         "(tests/test_stats.py measures it over simulated reports)."

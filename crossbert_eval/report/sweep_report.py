@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from crossbert_model.plateau import PLATEAU_MARGIN
+from crossbert_model.reliance import ENCODER_RELIANCE_SHARE
 from crossbert_model.utils import atomic_write_text, provenance
 
 from ..results import RESULTS_FILE, ResultsStore
@@ -26,7 +27,7 @@ from .markdown import centring_section, duplicates_warning, markdown_table, page
 from .noise import comparisons, methods_paragraph, noise_paragraph
 from .plots import (Plot, check_plot_names, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
-from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
+from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
                      several_checkpoints, summarise)  # fmt: skip
 
 log = logging.getLogger("crossbert_eval.report")
@@ -71,6 +72,8 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     reference = reference_objective(sweep_config(root))
     extras = {
         "plateau": plateau,
+        "encoder_reliance": encoder_reliance_table(checkpoints),
+        "encoder_layers": encoder_layers_table(checkpoints),
         "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau, across_sizes=True),
         "geometry": geometry_seed_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
@@ -101,6 +104,7 @@ def render_sweep_markdown(
     best_layers = layer_best(scores)
     compared = extras.get("comparisons", pd.DataFrame())
     plateau = extras.get("plateau", pd.DataFrame())
+    reliance = extras.get("encoder_reliance", pd.DataFrame())
     geometry = extras.get("geometry", pd.DataFrame())
     efficiency = extras.get("sample_efficiency", pd.DataFrame())
     parts = [
@@ -136,6 +140,7 @@ def render_sweep_markdown(
            "below (`not comparable`). `unknown`: the run recorded no unigram entropy (runs trained before it was recorded: "
            "`crossbert plateau SWEEP_DIR` fills it in).", "", markdown_table(plateau, floatfmt="{:.3f}"), ""]
           if len(plateau) else []),  # fmt: skip
+        *_reliance_section(reliance, extras.get("encoder_layers", pd.DataFrame())),
         "## Which differences are beyond noise",
         "",
         f"Objectives: {_objectives_compared(reference_objective(sweep_config(root)))}; depth: layer 0 against the last layer "
@@ -160,9 +165,30 @@ def render_sweep_markdown(
         "",
         *page_ending(root, sweep_yaml, prov,
                      "Tables: `tables/scores.csv` (every score row joined with its checkpoint), `tables/summary.csv`, "
-                     "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
+                     "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/encoder_reliance.csv`, `tables/encoder_layers.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
     ]
     return "\n".join(parts) + "\n"
+
+
+def _reliance_section(reliance: pd.DataFrame, layers: pd.DataFrame) -> list[str]:
+    """The encoder-reliance table and its rule, beside the plateau (nothing for runs measured before it existed)."""
+    if reliance.empty:
+        return []
+    per_layer = (layers.groupby(["objective", "size", "layer"])[["identity_share", "swap_pooled_change"]].mean().reset_index()
+                 if len(layers) else pd.DataFrame())  # fmt: skip
+    return ["## Encoder reliance: does the encoder carry context?", "",
+            "The plateau certifies encoder and predictor together; the probes freeze the encoder alone. On the same "
+            "shared-protocol sequences and targets, at each run's own ratio: the loss as trained, with the encoder made "
+            "order-blind (its positions removed; a predictor keeps its own) and with its blocks bypassed "
+            "(crossbert_model/reliance.py). The encoder rule: the encoder carries context when the order-blind encoder loses "
+            f"at least {ENCODER_RELIANCE_SHARE:g} of the run's margin below the unigram entropy (`order_blind_share`); a "
+            "comparison that involves a run failing it gives no verdict below, as for the plateau.", "",
+            markdown_table(reliance, floatfmt="{:.3f}"), "",
+            *(["Per layer (seed means; every run in `tables/encoder_layers.csv`): `identity_share` is the share of the "
+               "states' variance that token identity explains (adjusted R^2 over token ids), `swap_pooled_change` how far a "
+               "sequence's mean-pooled state moves when two adjacent tokens swap, as a share of the typical distance between "
+               "sequences' pooled states (0 at an order-blind layer).", "", markdown_table(per_layer, floatfmt="{:.3f}"), ""]
+              if len(per_layer) else [])]  # fmt: skip
 
 
 def _efficiency_section(efficiency: pd.DataFrame, summary: pd.DataFrame) -> list[str]:

@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 
 from crossbert_model.plateau import off_plateau, plateau_margin, unigram_entropy_key
+from crossbert_model.reliance import carries_context, order_blind_share
 from crossbert_model.shared_loss import SHARED_LOSS_R50, protocol_key
 
 from .loading import LOSS_COLUMNS, headline_split
-from .noise import not_comparable, plateau_runs, seed_bands
+from .noise import failing_runs, not_comparable, seed_bands
 
 
 GLUE_PROBES = ("linear", "knn")
@@ -64,11 +65,16 @@ def _number(value) -> float:
     return float(value) if value is not None and pd.notna(value) else np.nan
 
 
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
 def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """Per run (final checkpoint): the shared-protocol loss at its own training ratio against the unigram
-    entropy of the same targets, the margin between them, and whether the run is off the plateau
-    (crossbert_model.plateau.off_plateau: at least PLATEAU_MARGIN below); 'unknown' for a run that recorded
-    no entropy or no loss at its own ratio."""
+    """Per run (final checkpoint): the rules a run passes before it is compared. The shared-protocol loss at its
+    own training ratio against the unigram entropy of the same targets, the margin between them, and whether
+    the run is off the plateau (crossbert_model.plateau.off_plateau: at least PLATEAU_MARGIN below); the share
+    of that margin the order-blind encoder loses and whether the encoder carries context (crossbert_model.reliance,
+    the encoder rule). 'unknown' where a number was not recorded."""
     if checkpoints.empty or "run" not in checkpoints.columns:
         return pd.DataFrame()
     final = checkpoints[checkpoints["step"] == checkpoints["total_steps"]].drop_duplicates("run", keep="last")
@@ -80,9 +86,50 @@ def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
         loss = _number(r.get(protocol_key("shared_loss", ratio))) if known else np.nan
         entropy = _number(r.get(unigram_entropy_key(ratio))) if known else np.nan
         off = off_plateau(loss, entropy)
+        reliance = [_number(r.get(k)) for k in ("reliance_loss", "reliance_loss_order_blind", "reliance_unigram_entropy")]
         rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "own_ratio": ratio,
                      "own_ratio_shared_loss": loss, "unigram_entropy": entropy, "margin": plateau_margin(loss, entropy),
-                     "off_plateau": "unknown" if off is None else ("yes" if off else "no")})  # fmt: skip
+                     "off_plateau": _yes_no(off),
+                     "order_blind_share": order_blind_share(*reliance) if not np.isnan(reliance).any() else np.nan,
+                     "encoder_carries_context": _yes_no(carries_context(*reliance))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+RELIANCE_COLUMNS = ("reliance_loss", "reliance_loss_order_blind", "reliance_loss_bypassed", "reliance_unigram_entropy")
+LAYER_RELIANCE = {"identity_share": "identity_share", "swap_pooled": "swap_pooled_change", "swap_neighbour": "swap_neighbour_change"}
+
+
+def encoder_reliance_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """Per run (the checkpoint its reliance was measured on): the shared-protocol loss at its own ratio with the
+    encoder as trained, order-blind and bypassed, against the unigram entropy; the share of the margin the
+    order-blind encoder loses; the encoder rule's answer (crossbert_model.reliance)."""
+    if checkpoints.empty or "reliance_loss" not in checkpoints.columns:
+        return pd.DataFrame()
+    measured = checkpoints.dropna(subset=["reliance_loss"]).drop_duplicates("run", keep="last")
+    rows = []
+    for _, r in measured.sort_values([c for c in ("objective", "params_non_embedding", "seed") if c in measured]).iterrows():
+        loss, blind, bypassed, entropy = (_number(r.get(c)) for c in RELIANCE_COLUMNS)
+        rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "step": r["step"],
+                     "loss": loss, "loss_order_blind": blind, "loss_bypassed": bypassed, "unigram_entropy": entropy,
+                     "margin": entropy - loss, "order_blind_share": order_blind_share(loss, blind, entropy),
+                     "bypassed_share": order_blind_share(loss, bypassed, entropy),
+                     "encoder_carries_context": _yes_no(carries_context(loss, blind, entropy))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def encoder_layers_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """Per run and layer: the share of the states' variance token identity explains, and how far a sequence's pooled
+    state and its other tokens' states move when two adjacent tokens swap (crossbert_model.reliance.layer_reliance)."""
+    if checkpoints.empty or "reliance_loss" not in checkpoints.columns:
+        return pd.DataFrame()
+    measured = checkpoints.dropna(subset=["reliance_loss"]).drop_duplicates("run", keep="last")
+    rows = []
+    for _, r in measured.iterrows():
+        layer = 0
+        while f"identity_share_l{layer}" in r and pd.notna(r[f"identity_share_l{layer}"]):
+            rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "layer": layer,
+                         **{name: _number(r.get(f"{key}_l{layer}")) for key, name in LAYER_RELIANCE.items()}})  # fmt: skip
+            layer += 1
     return pd.DataFrame(rows)
 
 
@@ -152,8 +199,8 @@ def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, pl
                     continue
                 curve = by_size[by_size["objective"] == other]
                 need = {x: _budget_to_reach(curve, x, ref["score"]) for x in TRAINING_AXES}
-                on_plateau = plateau_runs(plateau, size, [reference, other])
-                note = "; ".join(n for n in (need["corpus_tokens"][1], not_comparable(on_plateau) if on_plateau else "") if n)
+                failing = failing_runs(plateau, size, [reference, other])
+                note = "; ".join(n for n in (need["corpus_tokens"][1], not_comparable(failing) if failing else "") if n)
                 rows.append({"size": size, "reference": reference, "objective": other, "loss": loss, "target": ref["score"],
                              "reference_tokens": ref["corpus_tokens"], "tokens_needed": need["corpus_tokens"][0],
                              "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
