@@ -10,7 +10,7 @@ RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
 ENV := $(OFFLINE) $(if $(DATA_ROOT),CROSSBERT_DATA_ROOT=$(abspath $(DATA_ROOT)))
 
-.PHONY: setup demo second-target reference test test-all bench bench-main-job clean
+.PHONY: setup demo second-target predictor-positions width-ladder reference test test-all bench bench-main-job clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,28 @@ demo: setup
 # on 2 cores with native bf16: results/cpu_second_target/README.md). Resumable like the main job.
 second-target: setup
 	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_second_target.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
+
+# Sweeps of several hours, run by WORKERS processes that claim runs from one sweep, each on its share of the cores
+# (one process per core: two workers each taking every core ran 2.6x slower per worker on 2 cores, 5.3k against 14k
+# tok/s at tiny, 2026-12-06). Resumable: run it again after an interruption.
+WORKERS ?= 2
+THREADS = $$(( $$(nproc) / $(WORKERS) > 0 ? $$(nproc) / $(WORKERS) : 1 ))
+define sweep_workers
+	for w in $$(seq $(WORKERS)); do \
+	  OMP_NUM_THREADS=$(THREADS) $(ENV) $(VENV)/bin/crossbert sweep $(1) out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache \
+	    train.num_threads=$(THREADS) & sleep 5; \
+	done; wait
+endef
+
+# Where CrossBERT's predictor gets its positions: three routes at tiny x 3 seeds x 8.0M tokens (about 80 minutes with
+# two workers on 2 cores; results/predictor_positions/).
+predictor-positions: setup
+	$(call sweep_workers,configs/sweep/predictor_positions.yaml)
+
+# The first scaling step: nano, tiny, mini x flat MLM and CrossBERT (the chosen route, one draw) x 3 seeds x 8.0M tokens
+# (results/cpu_width_ladder/README.md gives the time per stage).
+width-ladder: setup
+	$(call sweep_workers,configs/sweep/cpu_width_ladder.yaml)
 
 # Copy a sweep's outputs (results store xz-compressed, tables, plots, report; no checkpoints or feature cache) to results/
 # as a reference run: `make reference` (the main job) or `make reference SWEEP=sample_efficiency`.

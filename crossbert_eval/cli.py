@@ -218,6 +218,18 @@ def _zoo(args: argparse.Namespace) -> None:
     print(f"report: {root / 'report.md'}")
 
 
+def _reliance(args: argparse.Namespace) -> None:
+    from crossbert_model.reliance import ENCODER_RELIANCE_SHARE, encoder_reliance_for_checkpoint
+
+    out = encoder_reliance_for_checkpoint(args.checkpoint, args.eval_sequences, args.overrides)
+    width = max(map(len, out))
+    for key, value in out.items():
+        print(f"{key:<{width}}  {value:.4f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+    answer = {True: "carries context", False: "does NOT carry context", None: "no answer (no margin below the unigram entropy)"}
+    print(f"\nthe encoder rule (order-blind encoder loses >= {ENCODER_RELIANCE_SHARE:g} of the margin): "
+          f"{answer[out['encoder_carries_context']]}")
+
+
 def _plateau(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -410,6 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the tokenizer its runs were trained with (default: SWEEP_DIR/tokenizer, else the run's checkpoint)")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_plateau)
+
+    p = sub.add_parser("reliance", help="does a checkpoint's encoder carry context? its loss with the encoder order-blind "
+                                        "and bypassed, and per layer how much token identity and word order explain")
+    p.add_argument("checkpoint", help="a training checkpoint folder (runs/<name>/checkpoints/step_N)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of its run's config, e.g. data.cache_dir=runs/cache")
+    p.add_argument("--eval-sequences", type=_positive_int, default=None,
+                   help="validation sequences to measure on (default: the run's own eval_sequences)")
+    p.set_defaults(func=_reliance)
 
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")

@@ -286,9 +286,8 @@ def checkpoint_train_config(path: str | Path, overrides: list[str] | None = None
     path = Path(path)
     config_file = path.parent.parent / "config.yaml"
     if not config_file.is_file():
-        raise ConfigError(
-            f"{config_file}: not found; expected a checkpoint folder runs/<name>/checkpoints/step_N of a training run"
-        )
+        raise ConfigError(f"{path}: expected a checkpoint folder runs/<name>/checkpoints/step_N of a training run "
+                          f"(its run's config, {config_file}, was not found)")
     cfg = load_config(TrainConfig, config_file, overrides or [])
     # The checkpoint's own tokenizer, not `data.tokenizer: train` again: today's recipe may train
     # another vocabulary of the same size, whose ids would silently mean other words to this model.

@@ -257,6 +257,8 @@ CASES = {
         around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()), untouched=("f", "r/claims")),
     "report of a missing folder": Case(lambda t, c: ["report", str(t / "nonexistent")], ["nonexistent"], untouched=("r",)),
     "plateau of a folder that is no sweep": Case(lambda t, c: ["plateau", str(t)], ["not a sweep folder"]),
+    "reliance of a model folder that is no training checkpoint": Case(
+        lambda t, c: ["reliance", _nano_model(t)], ["/nano: expected a checkpoint folder runs/<name>/checkpoints/step_N"]),
     # training
     "steps=0": Case(lambda t, c: _train_argv(c, t / "runs", "steps=0"), ["steps", "0"], untouched=("runs",)),
     "steps=-5": Case(lambda t, c: _train_argv(c, t / "runs", "steps=-5"), ["steps", "-5"], untouched=("runs",)),
@@ -455,6 +457,7 @@ def _entry_points() -> dict[str, Callable[[Path], list[str]]]:
         "zoo option": lambda t: ["zoo", str(REPO / "configs/zoo/offline.yaml"), f"out_dir={t}", "models=[]"],
         "report": lambda t: ["report", missing(t)],
         "plateau": lambda t: ["plateau", missing(t)],
+        "reliance": lambda t: ["reliance", missing(t)],
         "export": lambda t: ["export", missing(t), str(t / "exported")],
         "no command": lambda t: [],
         "unknown command": lambda t: ["trian"],

@@ -2,6 +2,7 @@
 what the encoder rule answers, and that the "encoder" route leaves the predictor no positions of its own."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -141,3 +142,20 @@ def test_every_reliance_metric_is_measured_for_both_objectives_on_real_sequences
         assert math.isfinite(out[key]), key
     assert out["swap_pooled_l0"] == pytest.approx(0.0, abs=1e-6)  # the embedding layer: a swap only reorders, the mean stays
     assert out["encoder_carries_context"] is carries_context(out["reliance_loss"], out["reliance_loss_order_blind"], 9.0)
+
+
+def test_crossbert_reliance_measures_a_training_checkpoint_on_its_own_runs_sequences(tmp_path, corpus_args, corpus, capsys):
+    from tiny_configs import tiny_train_config
+
+    from crossbert_eval.cli import main
+    from crossbert_model.checkpoint import list_checkpoints
+    from crossbert_model.train import train
+
+    cfg = tiny_train_config(corpus_args, tmp_path, "crossbert")
+    cfg.model.absolute_positions, cfg.model.predictor_positions = True, "encoder"
+    train(cfg)
+    (step, checkpoint), *_ = reversed(list_checkpoints(tmp_path / "crossbert"))
+    main(["reliance", str(checkpoint), "--eval-sequences", "8"])
+    out = capsys.readouterr().out
+    assert re.search(r"^reliance_sequences +8$", out, re.M) and re.search(r"^identity_share_l2 +\d\.\d{4}$", out, re.M)
+    assert "the encoder rule (order-blind encoder loses >= 0.25 of the margin): " in out
