@@ -10,7 +10,7 @@ RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
 ENV := $(OFFLINE) $(if $(DATA_ROOT),CROSSBERT_DATA_ROOT=$(abspath $(DATA_ROOT)))
 
-.PHONY: setup demo second-target predictor-positions width-ladder reference test test-all bench bench-main-job clean
+.PHONY: setup demo second-target predictor-positions width-ladder gpu-figure1-data reference test test-all bench bench-main-job clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,24 @@ predictor-positions: setup
 # (results/cpu_width_ladder/README.md gives the time per stage).
 width-ladder: setup
 	$(call sweep_workers,configs/sweep/cpu_width_ladder.yaml)
+
+# The data the GPU Figure 1 sweep reads (configs/sweep/gpu_figure1.yaml), in runs/gpu_data: a slice of the data root
+# small enough to travel with the checkout to a machine with a GPU (50 MB: the first four shards of the 40.6M-word
+# Wikipedia sample, 31M words, and the probe tasks' files) and the pinned WordPiece tokenizer (vocabulary 8,192,
+# trained once here on the first shard, so every run on every machine reads the same ids).
+GPU_DATA := $(RUNS)/gpu_data
+gpu-figure1-data: setup
+	rm -rf $(GPU_DATA).partial && mkdir -p $(GPU_DATA).partial/wikipedia_en_2015_large $(GPU_DATA).partial/glue $(GPU_DATA).partial/senteval_probing
+	$(ENV) $(PY) -c "from crossbert_model.utils import data_root; print(data_root())" > $(GPU_DATA).partial/.root
+	R=$$(cat $(GPU_DATA).partial/.root) && \
+	cp $$R/MANIFEST.md $(GPU_DATA).partial/ && \
+	cp $$R/wikipedia_en_2015_large/wiki_00[0-3].jsonl.xz $(GPU_DATA).partial/wikipedia_en_2015_large/ && \
+	cp -r $$R/glue/SST-2 $(GPU_DATA).partial/glue/ && cp -r $$R/stsbenchmark $(GPU_DATA).partial/ && \
+	cp $$R/senteval_probing/bigram_shift.* $(GPU_DATA).partial/senteval_probing/
+	$(ENV) $(PY) -c "from crossbert_model.data import DataArgs, prepare_tokenizer; \
+	  t = prepare_tokenizer(DataArgs(corpus='$(GPU_DATA).partial/wikipedia_en_2015_large/wiki_000.jsonl.xz', tokenizer='train', \
+	  vocab_size=8192, seq_len=128, cache_dir='$(RUNS)/cache')); t.save_pretrained('$(GPU_DATA).partial/tokenizer')"
+	rm $(GPU_DATA).partial/.root && rm -rf $(GPU_DATA) && mv $(GPU_DATA).partial $(GPU_DATA) && du -sh $(GPU_DATA)
 
 # Copy a sweep's outputs (results store xz-compressed, tables, plots, report; no checkpoints or feature cache) to results/
 # as a reference run: `make reference` (the main job) or `make reference SWEEP=sample_efficiency`.

@@ -199,7 +199,8 @@ def _sweep(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
     from crossbert_eval.sweep import SweepConfig, run_sweep
 
-    cfg = load_config(SweepConfig, args.config, args.overrides)
+    budget = [f"budget_s={args.budget_s}"] if args.budget_s is not None else []
+    cfg = load_config(SweepConfig, args.config, [*args.overrides, *budget])
     if args.submitit:
         from crossbert_eval.launcher import submit_sweep  # here: only --submitit needs submitit
 
@@ -403,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submitit", action="store_true",
                    help="submit a job per run through submitit (SLURM where sbatch is found; shape from the config's "
                         "submitit section, e.g. submitit.partition=learn submitit.gpus_per_node=1)")  # fmt: skip
+    p.add_argument("--budget-s", type=_positive_float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of this worker: once a run has been timed, runs predicted not to end in time "
+                        "are skipped (and recorded), then the report is built (the config key budget_s)")
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")

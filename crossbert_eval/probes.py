@@ -10,7 +10,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import faiss
 import numpy as np
 from scipy.linalg import LinAlgWarning
 from sklearn.exceptions import ConvergenceWarning
@@ -114,6 +113,8 @@ def linear_probe(
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:
+    import faiss  # here, not at the top: the other probes run where faiss is not installed
+
     x = np.ascontiguousarray(x, dtype=np.float32).copy()
     faiss.normalize_L2(x)
     return x
@@ -121,6 +122,8 @@ def _normalised(x: np.ndarray) -> np.ndarray:
 
 def knn_search(x_train: np.ndarray, x_eval: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact cosine neighbours: inner product over L2-normalised vectors (FAISS IndexFlatIP)."""
+    import faiss
+
     base = _normalised(x_train)
     index = faiss.IndexFlatIP(base.shape[1])
     index.add(base)

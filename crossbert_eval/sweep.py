@@ -51,7 +51,8 @@ from crossbert_model.utils import (
 )
 
 from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
-from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, UNIGRAM_FILE
+from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, SKIPPED_FILE, UNIGRAM_FILE
+from .wall_budget import RunCost, WallBudget
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -128,6 +129,16 @@ class SweepConfig:
     # process is gone. A worker whose remaining runs are all held by others looks again every worker_poll_s.
     claim_lease_s: float = 600.0
     worker_poll_s: float = 30.0
+    # A wall-clock budget for this worker (`--budget-s`; None: none). Runs go cheapest first; once a run has been timed,
+    # a run predicted not to end inside the budget (WallBudget) is skipped and recorded in SKIPPED_FILE, and the report
+    # is built at the end. Rows land in the store as they are measured, so a kill at the limit loses the run in flight.
+    budget_s: float | None = None
+    # What the machine must have, checked before the first step (check_machine): "cuda" refuses to start without a
+    # CUDA GPU (and without bf16 on it when train.dtype is bf16); None runs wherever it is started.
+    device: str | None = None
+    # An optional package a part of the sweep needs (OPTIONAL_PACKAGES) that is not installed: "refuse" stops before
+    # the first step naming it; "leave_out" names it in one line and leaves that part's rows out (a machine without faiss).
+    missing_packages: str = "refuse"
     submitit: SubmititArgs = field(default_factory=SubmititArgs)
 
     @property
@@ -162,9 +173,10 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
                           f"got {cfg.reference_objective!r}")  # fmt: skip
     _check_grid(cfg)
     _check_probe_settings(cfg)
-    for name in ("claim_lease_s", "worker_poll_s"):
-        if not getattr(cfg, name) > 0:
-            raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {getattr(cfg, name)!r}")
+    for name in ("claim_lease_s", "worker_poll_s", *(("budget_s",) if cfg.budget_s is not None else ())):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+            raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {value!r}")
     runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in cfg.seeds]
     return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
 
@@ -269,7 +281,7 @@ def check_tasks(cfg: SweepConfig) -> None:
 NOT_PROBING_FIELDS = {
     "name", "out_dir", "sizes", "objectives", "seeds", "budget", "budget_tokens", "budget_flops", "checkpoint_fractions",
     "train", "size_overrides", "batch_size", "report_every_s", "data_root", "claim_lease_s", "worker_poll_s", "submitit",
-    "reference_objective",
+    "reference_objective", "budget_s", "device", "missing_packages",
 }  # fmt: skip
 
 
@@ -301,6 +313,8 @@ class Sweep:
         self.models = ModelRecords(self.checkpoints_file)
         self.completed_file = self.root / "completed.jsonl"  # a row per run trained and probed (its signature)
         self.claims = Claims(self.root / "claims", self.root / ".claims.lock", cfg.claim_lease_s)
+        self.budget = WallBudget(cfg.budget_s) if cfg.budget_s is not None else None
+        self.skipped: set[str] = set()  # runs this worker skipped for its wall budget
 
     def timed(self, stage: str, run: RunSpec | None, **extra):
         """Wall time of each stage of the sweep, for the report and the end-to-end benchmark (run None: the whole sweep);
@@ -423,7 +437,30 @@ class Sweep:
         return any(r["run"] == run.key and r["signature"] == signature for r in read_jsonl(self.completed_file))
 
     def pending(self) -> list[RunSpec]:
-        return [r for r in self.runs if not self.is_complete(r)]
+        return [r for r in self.runs if not self.is_complete(r) and r.key not in self.skipped]
+
+    def run_cost(self, run: RunSpec) -> RunCost:
+        done = max([s for s, _ in list_checkpoints(run.train.run_dir)] + [0])
+        flops = run.flops_per_token * run.train.steps * run.train.batch_size * run.train.data.seq_len
+        hidden = model_config(run.train.model, run.train.data).hidden_size
+        return RunCost(run.key, flops, min(done / run.train.steps, 1.0), hidden)
+
+    def fits_budget(self, run: RunSpec) -> bool:
+        """Whether `run` is predicted to end inside the wall budget (always, without one); a run that is not is
+        skipped by this worker and recorded in SKIPPED_FILE with the prediction."""
+        if self.budget is None:
+            return True
+        costs = {r.key: self.run_cost(r) for r in self.runs}
+        fits, predicted, left = self.budget.verdict(costs[run.key], read_jsonl(self.root / TIMINGS_FILE), costs)
+        if fits:
+            return True
+        self.skipped.add(run.key)
+        why = f"predicted {predicted:.0f} s" if predicted is not None else "no time left"
+        log.warning("sweep %s: skipping %s for the wall budget (%s, %.0f s left for runs)", self.cfg.name, run.key, why, left)
+        if not self.rank:
+            append_jsonl(self.root / SKIPPED_FILE, [{"run": run.key, "predicted_s": predicted, "left_s": round(left, 1),
+                                                     "budget_s": self.cfg.budget_s, **this_process(), "time": timestamp()}])  # fmt: skip
+        return False
 
     def work_on(self, run: RunSpec) -> str:
         """Train and probe `run` under our claim: CLAIMED (done now), DONE (complete already) or BUSY (another
@@ -443,13 +480,13 @@ class Sweep:
         return CLAIMED
 
     def work(self) -> None:
-        """Take runs in plan order until every one is complete: the free ones first, then (after waiting
-        worker_poll_s) those of workers that died meanwhile. Rebuilds the report every report_every_s."""
+        """Take runs in plan order until every one is complete or skipped for the wall budget: the free ones first,
+        then (after waiting worker_poll_s) those of workers that died meanwhile. Rebuilds the report every report_every_s."""
         last_report = time.monotonic()
         while pending := self.pending():
             worked = False
             for run in pending:
-                if self.work_on(run) != CLAIMED:
+                if not self.fits_budget(run) or self.work_on(run) != CLAIMED:
                     continue
                 worked = True
                 if not self.pending():
@@ -476,6 +513,9 @@ class Sweep:
             return self._run_distributed()
         self.work()
         self.report()
+        if self.skipped:
+            log.warning("sweep %s: %d run(s) skipped for the wall budget (%s); run the sweep again to add them",
+                        self.cfg.name, len(self.skipped), ", ".join(sorted(self.skipped)))
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
 
@@ -530,10 +570,50 @@ def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None
     )
 
 
+# The optional packages parts of a sweep need: {package: (the part, the config field that asks for it, how to leave it out)}.
+OPTIONAL_PACKAGES = {
+    "faiss": ("the kNN probe", "probes", lambda cfg: setattr(cfg, "probes", [p for p in cfg.probes if p != "knn"])),
+    "mteb": ("mteb tasks", "mteb_tasks", lambda cfg: setattr(cfg, "mteb_tasks", [])),
+}
+MACHINE_CHOICES = {"device": (None, "cuda"), "missing_packages": ("refuse", "leave_out")}
+
+
+def _asks_for(cfg: SweepConfig, package: str) -> bool:
+    return ("knn" in cfg.probes) if package == "faiss" else bool(cfg.mteb_tasks)
+
+
+def check_machine(cfg: SweepConfig) -> None:
+    """What the sweep needs of this machine, before anything is written: the device it names (with bf16 where its
+    runs train in bf16), and the optional packages its parts need (refused, or left out in one line each)."""
+    import importlib.util
+
+    for name, choices in MACHINE_CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"sweep field '{name}': expected one of {', '.join(map(str, choices))}, got {getattr(cfg, name)!r}")
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("sweep field 'device': expected a machine with a CUDA GPU (torch.cuda.is_available() is False "
+                              "here); set device=null to run on this machine")  # fmt: skip
+        if cfg.train.get("dtype") == "bf16" and not torch.cuda.is_bf16_supported():
+            raise ConfigError(f"sweep field 'train.dtype': bf16, which {torch.cuda.get_device_name()} does not support")
+    for package, (part, field_name, leave_out) in OPTIONAL_PACKAGES.items():
+        if not _asks_for(cfg, package) or importlib.util.find_spec(package) is not None:
+            continue
+        if cfg.missing_packages == "refuse":
+            raise ConfigError(f"sweep field '{field_name}': {part} needs the package {package}, which is not installed here; "
+                              "install it, or set missing_packages=leave_out to leave its rows out")  # fmt: skip
+        leave_out(cfg)
+        log.warning("sweep %s: %s left out: the package %s is not installed (missing_packages=leave_out)", cfg.name, part, package)
+
+
 def prepare_sweep(cfg: SweepConfig) -> SweepConfig:
-    """Offline unless asked otherwise, and the data root resolved once: probes and every run's training read this root.
-    Whatever then runs the sweep (run_sweep here, crossbert_eval.launcher.submit_sweep as cluster jobs) starts so."""
+    """Offline unless asked otherwise, the machine checked (check_machine), and the data root resolved once: probes and
+    every run's training read this root. Whatever then runs the sweep (run_sweep here, crossbert_eval.launcher.submit_sweep
+    as cluster jobs) starts so."""
     set_offline_env()
+    check_machine(cfg)
     cfg.data_root = str(data_root(cfg.data_root))
     return cfg
 

@@ -4,6 +4,7 @@
     results/results.jsonl     every probe / geometry / mteb row (a committed reference: results.jsonl.xz)
     unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
     encoder_reliance.jsonl    one row per run: the encoder reliance of its final checkpoint (crossbert_model.reliance)
+    skipped.jsonl             runs skipped for a worker's wall budget (crossbert_eval.wall_budget)
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ UNIGRAM_FILE = "unigram_entropies.jsonl"
 # The encoder reliance of each run's final checkpoint (crossbert_model.reliance), one row per run: written by the sweep
 # after a run's probes (crossbert_eval.sweep), joined onto the final checkpoint's row of checkpoints.jsonl here.
 RELIANCE_FILE = "encoder_reliance.jsonl"
+# Runs a worker skipped because they were predicted not to fit its wall budget (crossbert_eval.wall_budget), a row each.
+SKIPPED_FILE = "skipped.jsonl"
 
 
 def results_path(root: Path) -> Path:
@@ -58,6 +61,16 @@ def load_checkpoints(root: Path) -> pd.DataFrame:
     checkpoints = pd.DataFrame(read_jsonl(root / CHECKPOINTS_FILE))
     checkpoints = fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
     return with_reliance(checkpoints, pd.DataFrame(read_jsonl(root / RELIANCE_FILE)))
+
+
+def skipped_runs(root: Path, checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """The runs skipped for a wall budget (SKIPPED_FILE) that have no probed final checkpoint since: the last skip of each."""
+    skipped = pd.DataFrame(read_jsonl(root / SKIPPED_FILE))
+    if skipped.empty:
+        return skipped
+    done = set() if checkpoints.empty else set(checkpoints.loc[checkpoints["step"] == checkpoints["total_steps"], "run"])
+    skipped = skipped.drop_duplicates("run", keep="last")
+    return skipped[~skipped["run"].isin(done)][["run", "predicted_s", "left_s", "budget_s", "time"]].reset_index(drop=True)
 
 
 def with_reliance(checkpoints: pd.DataFrame, reliance: pd.DataFrame) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from crossbert_model.reliance import ENCODER_RELIANCE_SHARE
 from crossbert_model.utils import atomic_write_text, provenance
 
 from ..results import RESULTS_FILE, ResultsStore
-from .loading import (LOSS_COLUMNS, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
+from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
                       results_path, sweep_config)  # fmt: skip
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import comparisons, methods_paragraph, noise_paragraph
@@ -77,6 +77,7 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
         "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau, across_sizes=True),
         "geometry": geometry_seed_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
+        "skipped": skipped_runs(root, checkpoints),
     }
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
@@ -111,6 +112,7 @@ def render_sweep_markdown(
         f"# Sweep report: {root.name}",
         "",
         *([f"**{warning}**", ""] if warning else []),
+        *_skipped_line(extras.get("skipped", pd.DataFrame())),
         "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
         "",
         "## Plots",
@@ -168,6 +170,15 @@ def render_sweep_markdown(
                      "`tables/summary_by_size.csv`, `tables/plateau.csv`, `tables/encoder_reliance.csv`, `tables/encoder_layers.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
     ]
     return "\n".join(parts) + "\n"
+
+
+def _skipped_line(skipped: pd.DataFrame) -> list[str]:
+    if skipped.empty:
+        return []
+    runs = ", ".join(f"{r.run} (predicted {r.predicted_s:.0f} s, {r.left_s:.0f} s left)" if pd.notna(r.predicted_s)
+                     else f"{r.run} (no time left)" for r in skipped.itertuples())  # fmt: skip
+    return [f"**Not in this report: {len(skipped)} run(s) skipped for the sweep's wall budget (`budget_s`)**: {runs}. "
+            "Run the sweep again (with more time) to add them; `tables/skipped.csv`.", ""]
 
 
 def _reliance_section(reliance: pd.DataFrame, layers: pd.DataFrame) -> list[str]:
