@@ -464,6 +464,29 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     assert "1 not comparable: a run whose encoder does not carry context" in md
 
 
+def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to_the_next(tmp_path):
+    from scipy import stats as scipy_stats
+
+    cells = {  # flat MLM: best layer 1 at both sizes; its last layer falls 2 points below it at nano, 10 at tiny
+        ("mlm", "SST-2", 0, "nano"): [0.50, 0.50, 0.50], ("mlm", "SST-2", 1, "nano"): [0.70, 0.71, 0.72],
+        ("mlm", "SST-2", 2, "nano"): [0.68, 0.69, 0.69],
+        ("mlm", "SST-2", 0, "tiny"): [0.50, 0.50, 0.50], ("mlm", "SST-2", 1, "tiny"): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 2, "tiny"): [0.70, 0.71, 0.73],
+    }  # fmt: skip
+    root = _noise_store(tmp_path, cells)
+    _rewrite_checkpoints(root, lambda row: {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 5.0})
+    build_sweep_report(root, plots=TABLES_ONLY)
+    table = pd.read_csv(root / "tables" / "comparisons.csv").fillna({"objective": ""})
+    (row,) = table[table["comparison"] == "collapse gap (best - last layer): larger size - smaller size"].to_dict("records")
+    nano, tiny = [2.0, 2.0, 3.0], [10.0, 10.0, 9.0]  # per seed: layer 1 minus layer 2, in points
+    assert row["a_mean"] == pytest.approx(sum(nano) / 3) and row["b_mean"] == pytest.approx(sum(tiny) / 3)
+    assert row["p_value"] == pytest.approx(scipy_stats.ttest_ind(tiny, nano, equal_var=False).pvalue)
+    assert row["size"] == "nano -> tiny" and row["verdict"] == "beyond noise"
+    gaps = tables.layer_best(loading.load_scores(root)).set_index("size")
+    assert gaps.loc["tiny", "best_layer"] == 1 and gaps.loc["tiny", "gap"] == pytest.approx(29 / 3)
+    assert gaps.loc["nano", "gap_std"] == pytest.approx(float(pd.Series(nano).std()))
+
+
 def test_a_committed_reference_with_its_store_xz_compressed_gives_the_same_report(tmp_path):
     import lzma
 

@@ -154,6 +154,10 @@ COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "a_mea
 
 # The scaling question: one objective at the next size up against the size below (last layer, final checkpoints).
 SIZE_COMPARISON = "larger size - smaller size"
+# The collapse question (the paper's Figure 1): does the gap between an objective's best layer and its last layer grow
+# from one size to the next? Per seed, best-layer score minus last-layer score, the best layer chosen on the seed mean.
+COLLAPSE_COMPARISON = "collapse gap (best - last layer): larger size - smaller size"
+ACROSS_SIZES = (SIZE_COMPARISON, COLLAPSE_COMPARISON)
 
 
 def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=None, plateau: pd.DataFrame | None = None,
@@ -163,7 +167,8 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
       other objective, per task and probe (final checkpoints, last layer, main metric); none without a reference;
     * depth per run: layer 0 (embeddings) vs the last layer, per objective, size, task and probe;
     * with `across_sizes`: each objective's adjacent sizes (ordered by non-embedding parameters), the larger minus the
-      smaller, per task and probe (last layer; `size` reads "smaller -> larger").
+      smaller, per task and probe (last layer; `size` reads "smaller -> larger"); and the same for the collapse gap
+      (collapse_gaps: best layer minus last layer, per seed), which grows with size where the last layer collapses.
     Tests: Welch over seeds, or for two 1-seed scores of one model the paired bootstrap over evaluation examples
     (`predictions`: ResultsStore.load_predictions); then the report's correction over every tested comparison
     (family_verdicts). `plateau` (plateau_table) withholds the verdict of every comparison that involves a run on the
@@ -185,6 +190,7 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
         parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer", within_model=True))
     if across_sizes:
         parts += _size_pairs(by_objective)
+        parts += _size_pairs(collapse_gaps(final), COLLAPSE_COMPARISON)
     if not parts:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
     out = paired_tests(seed_tests(pd.concat(parts, ignore_index=True)), predictions)
@@ -194,7 +200,22 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
     return out[COMPARISON_COLUMNS]
 
 
-def _size_pairs(last_layer: pd.DataFrame) -> list[pd.DataFrame]:
+def collapse_gaps(final: pd.DataFrame) -> pd.DataFrame:
+    """Per run (objective, size, seed), task and probe: `score` = its best layer's score minus its last layer's, the
+    best layer being the one with the highest mean over the seeds of that objective and size (final checkpoints)."""
+    keys = ["objective", "size", "params_non_embedding", "task", "probe"]
+    if final.empty:
+        return pd.DataFrame(columns=[*keys, "seed", "score"])
+    per_seed = final.groupby([*keys, "layer", "seed"], dropna=False)["score"].mean().reset_index()
+    means = per_seed.groupby([*keys, "layer"], dropna=False)["score"].mean().reset_index()
+    best = means.loc[means.groupby(keys, dropna=False)["score"].idxmax(), [*keys, "layer"]].rename(columns={"layer": "best"})
+    last = per_seed.groupby(keys, dropna=False)["layer"].max().rename("last").reset_index()
+    ends = per_seed.merge(best, on=keys).merge(last, on=keys)
+    at = lambda layer: ends[ends["layer"] == ends[layer]].set_index([*keys, "seed"])["score"]  # noqa: E731
+    return (at("best") - at("last")).dropna().rename("score").reset_index()
+
+
+def _size_pairs(last_layer: pd.DataFrame, comparison: str = SIZE_COMPARISON) -> list[pd.DataFrame]:
     """Per objective, each size against the next size up: one row per task and probe scored at both."""
     parts, keys = [], ["objective", "task", "probe"]
     for objective, rows in last_layer.groupby("objective"):
@@ -202,7 +223,7 @@ def _size_pairs(last_layer: pd.DataFrame) -> list[pd.DataFrame]:
         for smaller, larger in zip(params.index, params.index[1:]):
             pairs = _with_units(_pair_values(rows, keys, "size", smaller, larger), rows, keys, "size", smaller, larger)
             if len(pairs):
-                parts.append(pairs.assign(comparison=SIZE_COMPARISON, size=f"{smaller} -> {larger}", a=smaller, b=larger,
+                parts.append(pairs.assign(comparison=comparison, size=f"{smaller} -> {larger}", a=smaller, b=larger,
                                           params_non_embedding=params[larger], within_model=False))  # fmt: skip
     return parts
 
@@ -237,7 +258,7 @@ def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.Da
         return table
     out = table.copy()
     for i, row in out.iterrows():
-        sizes = [row["a"], row["b"]] if row["comparison"] == SIZE_COMPARISON else [row["size"]]
+        sizes = [row["a"], row["b"]] if row["comparison"] in ACROSS_SIZES else [row["size"]]
         objectives = [row["objective"]] if row["objective"] else [row["a"], row["b"]]
         failing: dict[str, set] = {}
         for size in sizes:

@@ -11,7 +11,7 @@ from crossbert_model.reliance import carries_context, order_blind_share
 from crossbert_model.shared_loss import SHARED_LOSS_R50, protocol_key
 
 from .loading import LOSS_COLUMNS, headline_split
-from .noise import failing_runs, not_comparable, seed_bands
+from .noise import collapse_gaps, failing_runs, not_comparable, seed_bands
 
 
 GLUE_PROBES = ("linear", "knn")
@@ -235,7 +235,8 @@ def centring_table(geometry: pd.DataFrame, value: str = "mean") -> pd.DataFrame:
 
 def layer_best(scores: pd.DataFrame) -> pd.DataFrame:
     """Per (objective, size, task, probe): the last layer's and the best layer's score, each the mean over
-    seeds (the best layer is chosen on that mean), with the std over seeds and the number of seeds."""
+    seeds (the best layer is chosen on that mean), with the std over seeds and the number of seeds, and the collapse
+    gap (best minus last, per seed: noise.collapse_gaps) as mean and std over seeds."""
     final = headline_split(scores[scores["is_main"] & scores["is_final"]])
     if final.empty:
         return pd.DataFrame()
@@ -246,6 +247,9 @@ def layer_best(scores: pd.DataFrame) -> pd.DataFrame:
         return pd.Series({"last_layer": last["mean"], "last_layer_std": last["std"], "best_layer": int(best["layer"]),
                           "best": best["mean"], "best_std": best["std"], "seeds": int(last["seeds"])})  # fmt: skip
 
-    out = bands.groupby(["objective", "params_non_embedding", "size", "task", "probe"]).apply(pick, include_groups=False).reset_index()
+    keys = ["objective", "params_non_embedding", "size", "task", "probe"]
+    out = bands.groupby(keys).apply(pick, include_groups=False).reset_index()
+    gaps = collapse_gaps(final).groupby(keys)["score"].agg(gap="mean", gap_std="std").reset_index()
+    out = out.merge(gaps, on=keys, how="left")
     return out.drop(columns="params_non_embedding").astype({"best_layer": int, "seeds": int})
 
