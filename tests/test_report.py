@@ -482,6 +482,8 @@ def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to
     assert row["a_mean"] == pytest.approx(sum(nano) / 3) and row["b_mean"] == pytest.approx(sum(tiny) / 3)
     assert row["p_value"] == pytest.approx(scipy_stats.ttest_ind(tiny, nano, equal_var=False).pvalue)
     assert row["size"] == "nano -> tiny" and row["verdict"] == "beyond noise"
+    build_sweep_report(root, plots=["collapse_layers"])
+    assert (root / "plots" / "collapse_layers.png").exists()  # the collapse view: last and best layer against size
     gaps = tables.layer_best(loading.load_scores(root)).set_index("size")
     assert gaps.loc["tiny", "best_layer"] == 1 and gaps.loc["tiny", "gap"] == pytest.approx(29 / 3)
     assert gaps.loc["nano", "gap_std"] == pytest.approx(float(pd.Series(nano).std()))

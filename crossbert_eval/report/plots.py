@@ -149,6 +149,49 @@ def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OB
     return save_figure(fig, out, "collapse", caption)
 
 
+# The probe whose curve a task's collapse panel draws: the first of these the task was scored with.
+COLLAPSE_PROBES = ("linear", "cosine", "knn")
+
+
+def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Path,
+                         colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:  # fmt: skip
+    """The paper's Figure 1 view: per task, each objective's last-layer score (solid) and best-layer score (dashed)
+    against non-embedding parameters, error bars the std over seeds; a last layer that falls away from the best as size
+    grows is collapse (the gap is tested in the report's comparisons)."""
+    if best_layers.empty or sizes.empty or "params_non_embedding" not in sizes:
+        return []
+    params = sizes[["objective", "size", "params_non_embedding"]].drop_duplicates()
+    table = best_layers.merge(params, on=["objective", "size"])
+    panels = []
+    for task, rows in table.groupby("task", sort=True):
+        probe = next((p for p in COLLAPSE_PROBES if p in set(rows["probe"])), sorted(rows["probe"])[0])
+        panels.append((task, probe, rows[rows["probe"] == probe]))
+    if not panels or table["params_non_embedding"].nunique() < 2:
+        return []  # one size: nothing to draw against size
+    plt = pyplot()
+    ncol = min(len(panels), 4)
+    nrow = math.ceil(len(panels) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.8 * nrow), squeeze=False, layout="constrained")
+    for ax, (task, probe, rows) in zip(axes.flat, panels):
+        for objective, sub in rows.groupby("objective"):
+            sub = sub.sort_values("params_non_embedding")
+            for column, style, what in (("last_layer", "-", "last layer"), ("best", "--", "best layer")):
+                std = sub[f"{column}_std"] if f"{column}_std" in sub else None
+                ax.errorbar(sub["params_non_embedding"], sub[column], yerr=None if std is None else std.fillna(0), marker="o",
+                            capsize=3, linestyle=style, color=color_for(objective, colors), label=f"{objective}, {what}")  # fmt: skip
+        log_x_axis(ax)
+        ax.set_title(f"{task} ({probe})")
+        ax.set_xlabel(axis_label("params_non_embedding"))
+        ax.set_ylabel(axis_label("score"))
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    figure_legend(fig, legend_of(axes.flat))
+    caption = "error bars: std over seeds (none with one seed); best layer chosen on the seed mean"
+    fig.suptitle(f"Collapse view: last-layer (solid) and best-layer (dashed) frozen score against size\n{caption}")
+    return save_figure(fig, out, "collapse_layers", caption)
+
+
 PLATEAU_LABEL = "unigram entropy (plateau)"
 
 

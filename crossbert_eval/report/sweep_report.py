@@ -25,7 +25,7 @@ from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_checkpoints,
                       results_path, sweep_config)  # fmt: skip
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
 from .noise import comparisons, methods_paragraph, noise_paragraph
-from .plots import (Plot, check_plot_names, plot_collapse, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
+from .plots import (Plot, check_plot_names, plot_collapse, plot_collapse_layers, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
 from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
                      several_checkpoints, summarise)  # fmt: skip
@@ -38,6 +38,7 @@ log = logging.getLogger("crossbert_eval.report")
 SWEEP_PLOTS = {
     "collapse": lambda d: plot_collapse(d.sizes, d.out, averaged=d.averaged),
     "loss_vs_probe": lambda d: plot_loss_vs_probe(d.summary, d.out, d.checkpoints, averaged=d.averaged),
+    "collapse_layers": lambda d: plot_collapse_layers(layer_best(d.scores), d.sizes, d.out),
     "layerwise": lambda d: plot_layerwise(d.scores, d.out),
     "training": lambda d: plot_training(d.scores, d.out),
     "losses": lambda d: plot_losses(d.checkpoints, d.out),
