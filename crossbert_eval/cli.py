@@ -456,6 +456,9 @@ def configure_logging(debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from crossbert_model.utils import set_offline_env
+
+    set_offline_env()  # first, before any library reads its switch: offline unless CROSSBERT_ONLINE=1
     argv = sys.argv[1:] if argv is None else argv
     debug = debug_requested(argv)
     configure_logging(debug)

@@ -43,8 +43,9 @@ def configure_offline(run_dir: Path) -> None:
     from crossbert_model.utils import set_offline_env
 
     set_offline_env()
-    os.environ.setdefault("MTEB_CACHE", str(run_dir / "mteb_cache"))
-    os.environ.setdefault("HF_DATASETS_CACHE", str(run_dir / "hf_datasets_cache"))
+    # inside the run folder whatever the environment names: every write lands in the folder the user gave
+    os.environ["MTEB_CACHE"] = str(run_dir / "mteb_cache")
+    os.environ["HF_DATASETS_CACHE"] = str(run_dir / "hf_datasets_cache")
 
 
 # ------------------------------------------------------------------------------------------------

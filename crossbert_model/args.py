@@ -390,7 +390,9 @@ def config_main(prog: str, cls: type[T], run, argv: list[str] | None = None) -> 
     import sys
 
     from .errors import debug_requested, exit_on_user_error
+    from .utils import set_offline_env
 
+    set_offline_env()  # first, before any library reads its switch: offline unless CROSSBERT_ONLINE=1
     argv = sys.argv[1:] if argv is None else argv
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]

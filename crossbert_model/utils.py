@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -30,6 +31,8 @@ OFFLINE_ENV = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "HF_UPDATE_DOWNLOAD_COUNTS": "0",
 }
+# The offline switches libraries keep as module constants, read from the environment when first imported.
+OFFLINE_CONSTANTS = {"huggingface_hub.constants": ("HF_HUB_OFFLINE",), "datasets.config": ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
 
 
 ONLINE_ENV = "CROSSBERT_ONLINE"
@@ -41,12 +44,17 @@ def online() -> bool:
 
 
 def set_offline_env(force: bool = False) -> None:
-    """Stay offline by default (a hub id then fails in milliseconds, not after 20-70 s of retries).
-    Users who are online opt out with CROSSBERT_ONLINE=1."""
+    """Offline unless the user opted in with CROSSBERT_ONLINE=1, whatever the environment held: a HF_HUB_OFFLINE=0 (or
+    empty) left in a shell does not turn the network on. Libraries imported before this call read their switch at
+    import time, so theirs is set too. (A hub id then fails in milliseconds, not after 20-70 s of retries.)"""
     if online() and not force:
         return
     for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
+        os.environ[key] = value
+    for module, names in OFFLINE_CONSTANTS.items():
+        if module in sys.modules:
+            for name in names:
+                setattr(sys.modules[module], name, True)
 
 
 def quiet_transformers() -> None:
