@@ -455,6 +455,18 @@ def configure_logging(debug: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# The options that name where a command writes: checked before any work (crossbert_model.utils.check_outside_data_root).
+OUTPUT_OPTIONS = {"results": "--results", "cache": "--cache", "out": "--out", "dest": "DIR"}
+
+
+def check_output_options(args: argparse.Namespace) -> None:
+    from crossbert_model.utils import check_outside_data_root
+
+    for dest, option in OUTPUT_OPTIONS.items():
+        if getattr(args, dest, None) is not None:
+            check_outside_data_root(getattr(args, dest), option)
+
+
 def main(argv: list[str] | None = None) -> None:
     from crossbert_model.utils import set_offline_env
 
@@ -471,6 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     with exit_on_user_error(f"crossbert {args.command}", debug):
+        check_output_options(args)
         args.func(args)
 
 

@@ -24,12 +24,11 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
+from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, folder_name, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints, read_trainer_state
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.config import PRESETS
@@ -39,6 +38,7 @@ from crossbert_model.train import unigram_entropies_for_run
 from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
 from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import (
+    check_outside_data_root,
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
@@ -205,10 +205,6 @@ def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> Run
     return RunSpec(obj, size, seed, tc, flops_per_token)
 
 
-# An objective's name names its runs' folders (<name>-<size>-s<seed>).
-RUN_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-
-
 def _check_grid(cfg: SweepConfig) -> None:
     """Sizes, objectives, seeds and checkpoint fractions: each list given, no entry twice (a run named twice
     would be trained once and reported twice), every entry valid."""
@@ -221,10 +217,10 @@ def _check_grid(cfg: SweepConfig) -> None:
     for i, size in enumerate(cfg.sizes):
         if size not in PRESETS:
             raise ConfigError(f"sweep field 'sizes[{i}]': expected one of {', '.join(PRESETS)}, got {size!r}")
+    folder_name("name", cfg.name, kind="sweep field")  # the sweep's folder is out_dir/name
+    check_outside_data_root(cfg.out_dir, "sweep field 'out_dir'")
     for i, obj in enumerate(cfg.objectives):
-        if not isinstance(obj.name, str) or not RUN_NAME_PART.fullmatch(obj.name):
-            raise ConfigError(f"sweep field 'objectives[{i}].name': expected letters, digits, '_', '.', '+' or '-' "
-                              f"(it names run folders <name>-<size>-s<seed>), got {obj.name!r}")  # fmt: skip
+        folder_name(f"objectives[{i}].name", obj.name, kind="sweep field")  # it names run folders <name>-<size>-s<seed>
         if obj.objective not in objective_names():
             raise ConfigError(f"sweep field 'objectives[{i}].objective': expected one of {', '.join(objective_names())}, got {obj.objective!r}")
     for i, seed in enumerate(cfg.seeds):

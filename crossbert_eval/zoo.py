@@ -38,12 +38,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, config_main, dump_yaml
+from crossbert_model.args import ConfigError, config_main, dump_yaml, folder_name
 from crossbert_model.checkpoint import read_trainer_state
 from crossbert_model.defaults import DTYPES, POOLINGS
 from crossbert_model.errors import CrossbertError
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
-from crossbert_model.utils import atomic_write_text, data_root, set_offline_env
+from crossbert_model.utils import atomic_write_text, check_outside_data_root, data_root, set_offline_env
 
 from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
 from .report.loading import CHECKPOINTS_FILE
@@ -181,8 +181,8 @@ def check_zoo_config(cfg: ZooConfig) -> None:
     from crossbert_eval.probe_runner import ProbeSettings
     from crossbert_eval.tasks import resolve_tasks
 
-    if not cfg.name or "/" in cfg.name:
-        raise ConfigError(f"zoo field 'name': expected a folder name, got {cfg.name!r}")
+    folder_name("name", cfg.name, kind="zoo field")  # the zoo's folder is out_dir/name
+    check_outside_data_root(cfg.out_dir, "zoo field 'out_dir'")
     if not cfg.models:
         raise ConfigError("zoo field 'models': expected a list of models ({model: ..., name: ..., family: ...}), got none")
     names: dict[str, int] = {}

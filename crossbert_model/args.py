@@ -62,6 +62,18 @@ def positive_number(name: str, value, optional: bool = False) -> None:
     require(ok, name, "a positive number" + (" or null" if optional else ""), value)
 
 
+# A name that becomes one folder or file name (a run, a sweep, a zoo, an objective's runs): letters, digits and _ . + -,
+# starting with a letter or digit, so never '', '.', '..', an absolute path or a path of several parts.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+FOLDER_NAME_EXPECTED = "one folder name (letters, digits, '_', '.', '+' or '-', starting with a letter or digit; no '/')"
+
+
+def folder_name(name: str, value, kind: str = "config field") -> None:
+    """Refuse a value that would not be exactly one safe path segment under the folder the user gave."""
+    if not (isinstance(value, str) and FOLDER_NAME.fullmatch(value) and value != ".."):
+        raise ConfigError(f"{kind} {name!r}: expected {FOLDER_NAME_EXPECTED}, got {value!r}")
+
+
 def one_of(name: str, value, choices) -> None:
     if value not in choices and isinstance(value, str):  # a mistyped name (preset, objective, ...): say which was meant
         matches = close_matches(value, map(str, choices))

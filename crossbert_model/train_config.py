@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .args import ConfigError, boolean, load_config, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
+from .args import ConfigError, boolean, folder_name, load_config, non_negative_int, number_in, one_of, positive_int, positive_number, require, to_dict
 from .data_args import DataArgs
 from .defaults import DTYPES
 from .tracking import WANDB_MODES, tracking_problem
-from .utils import data_root
+from .utils import check_outside_data_root, data_root
 
 if TYPE_CHECKING:
     from .config import CrossBertConfig
@@ -152,6 +152,8 @@ def check_seed(name: str, value, kind: str = "config field") -> None:
 
 def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first bad field. Called before the run folder is touched."""
+    folder_name("name", cfg.name)  # the run folder is out_dir/name: one segment, inside out_dir
+    check_outside_data_root(cfg.out_dir, "config field 'out_dir'")
     check_seed("seed", cfg.seed)
     if cfg.max_tokens is None:
         positive_int("steps", cfg.steps)

@@ -87,6 +87,18 @@ def data_root(explicit: str | os.PathLike | None = None) -> Path:
     )
 
 
+def check_outside_data_root(path: str | os.PathLike, name: str) -> None:
+    """Outputs never land inside the data root (it is shared and read-only by contract): refuse `path` (named by
+    `name`, a config field or option) when it resolves inside it. No data root found: nothing to protect."""
+    try:
+        root = data_root()
+    except DataRootError:
+        return
+    target = Path(path).expanduser().resolve()
+    if target == root or root in target.parents:
+        raise CrossbertError(f"{name} {str(path)!r}: expected a folder outside the data root {root} (outputs never go there)")
+
+
 def _existing_root(path: Path, given_by: str) -> Path:
     if not path.is_dir():
         raise DataRootError(f"data root {path} (from {given_by}) is not a folder; expected the folder holding MANIFEST.md")

@@ -62,6 +62,12 @@ def _tasks_dir_with(tmp_path: Path, name: str, edit) -> Path:
     return folder
 
 
+def _real_data_root() -> Path:
+    from crossbert_model.utils import data_root
+
+    return data_root()
+
+
 def _minilm_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "model"
     shutil.copytree(minilm_path(), folder)
@@ -259,6 +265,19 @@ CASES = {
     "plateau of a folder that is no sweep": Case(lambda t, c: ["plateau", str(t)], ["not a sweep folder"]),
     "reliance of a model folder that is no training checkpoint": Case(
         lambda t, c: ["reliance", _nano_model(t)], ["/nano: expected a checkpoint folder runs/<name>/checkpoints/step_N"]),
+    # names that become folders stay one segment inside the folder given; nothing is written into the data root
+    "run name that climbs out of out_dir": Case(lambda t, c: _train_argv(c, t / "runs", "name=../../ESCAPED"),
+                                                ["config field 'name'", "one folder name", "'../../ESCAPED'"], untouched=("runs",)),
+    "absolute run name": Case(lambda t, c: _train_argv(c, t / "runs", f"name={t}/abs"), ["config field 'name'", "one folder name"],
+                              untouched=("runs", "abs")),
+    "sweep name that climbs out": Case(lambda t, c: [*_sweep_argv(t), "name=../up"], ["sweep field 'name'", "one folder name"],
+                                       untouched=("runs", "up")),
+    "zoo named ..": Case(lambda t, c: ["zoo", str(REPO / "configs/zoo/offline.yaml"), f"out_dir={t / 'zoo'}", "name=.."],
+                         ["zoo field 'name'", "one folder name", "'..'"], untouched=("zoo", "results", "tables", "report.md")),
+    "run folder inside the data root": Case(lambda t, c: _train_argv(c, _real_data_root() / "runs"),
+                                            ["config field 'out_dir'", "outside the data root"]),
+    "probe results inside the data root": Case(lambda t, c: _probe_argv(t, "minilm")[:4] + ["--results", str(_real_data_root() / "r")],
+                                               ["--results", "outside the data root"]),
     # training
     "steps=0": Case(lambda t, c: _train_argv(c, t / "runs", "steps=0"), ["steps", "0"], untouched=("runs",)),
     "steps=-5": Case(lambda t, c: _train_argv(c, t / "runs", "steps=-5"), ["steps", "-5"], untouched=("runs",)),
