@@ -460,11 +460,15 @@ OUTPUT_OPTIONS = {"results": "--results", "cache": "--cache", "out": "--out", "d
 
 
 def check_output_options(args: argparse.Namespace) -> None:
+    """Every output option outside the data root; the first one given is where a crash report goes."""
+    from crossbert_model.errors import report_crashes_in
     from crossbert_model.utils import check_outside_data_root
 
-    for dest, option in OUTPUT_OPTIONS.items():
-        if getattr(args, dest, None) is not None:
-            check_outside_data_root(getattr(args, dest), option)
+    given = [(getattr(args, dest), option) for dest, option in OUTPUT_OPTIONS.items() if getattr(args, dest, None) is not None]
+    for path, option in given:
+        check_outside_data_root(path, option)
+    if given:
+        report_crashes_in(given[0][0])
 
 
 def main(argv: list[str] | None = None) -> None:

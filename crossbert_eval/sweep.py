@@ -36,7 +36,7 @@ from crossbert_model.objectives import objective, objective_names, parameter_cou
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
 from crossbert_model.train import unigram_entropies_for_run
 from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
-from crossbert_model.errors import CrossbertError
+from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.utils import (
     check_outside_data_root,
     append_jsonl,
@@ -505,6 +505,7 @@ class Sweep:
 
     def run(self) -> Path:
         self.write_manifest()
+        report_crashes_in(self.root)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             return self._run_distributed()
         self.work()

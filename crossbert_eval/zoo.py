@@ -41,7 +41,7 @@ from pathlib import Path
 from crossbert_model.args import ConfigError, config_main, dump_yaml, folder_name
 from crossbert_model.checkpoint import read_trainer_state
 from crossbert_model.defaults import DTYPES, POOLINGS
-from crossbert_model.errors import CrossbertError
+from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import atomic_write_text, check_outside_data_root, data_root, set_offline_env
 
@@ -342,7 +342,9 @@ class Zoo:
 def run_zoo(cfg: ZooConfig) -> Path:
     set_offline_env()
     cfg.data_root = str(data_root(cfg.data_root))  # resolved once
-    return Zoo(cfg).run()
+    zoo = Zoo(cfg)
+    report_crashes_in(cfg.root)
+    return zoo.run()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from typing import Iterator
 
 DEBUG_ENV = "CROSSBERT_DEBUG"
 USER_ERROR_EXIT = 2
+BUG_EXIT = 1  # an unexpected exception: a bug of this tool, reported in one line with its traceback in a file
 # What the shell reports for a process ended by these signals (128 + signal number).
 INTERRUPT_EXIT = 128 + signal.SIGINT
 TERMINATE_EXIT = 128 + signal.SIGTERM
@@ -101,8 +102,9 @@ def terminate_as_interrupt() -> Iterator[None]:
 def exit_on_user_error(prog: str, debug: bool = False) -> Iterator[None]:
     """Around a command: a CrossbertError or a file system error the user can fix becomes one line on
     stderr and exit code 2 (the traceback only with debug); Ctrl-C / SIGTERM become one line saying what
-    was kept (the interrupted code may put it in the exception's message) and exit code 130 / 143. Other
-    exceptions are bugs and propagate with their traceback."""
+    was kept (the interrupted code may put it in the exception's message) and exit code 130 / 143. Any other
+    exception is a bug: one line saying so, the traceback in a file the line names (report_crashes_in), exit code 1;
+    with debug it propagates, traceback and all."""
     try:
         with terminate_as_interrupt():
             yield
@@ -111,11 +113,51 @@ def exit_on_user_error(prog: str, debug: bool = False) -> Iterator[None]:
     except OSError as e:
         message = environment_error(e)
         if message is None:
-            raise
+            _bug(prog, e, debug)
         _exit(prog, f"error: {message}", USER_ERROR_EXIT, debug)
     except KeyboardInterrupt as e:
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         _exit(prog, f"{what}: {one_line(e) or KEPT}", TERMINATE_EXIT if isinstance(e, Terminated) else INTERRUPT_EXIT, debug)
+    except Exception as e:  # anything else is a bug of this tool
+        _bug(prog, e, debug)
+
+
+def _bug(prog: str, error: Exception, debug: bool) -> None:
+    """Called in an except clause: one screen the user can act on, the traceback in a file (with debug: raised)."""
+    if debug:
+        raise
+    where = write_crash_report(prog)
+    _exit(prog, f"internal error (a bug in crossbert, not in your input): {type(error).__name__}: {one_line(str(error))[:300]}. "
+                f"The traceback is in {where}; --debug shows it here. Completed work is kept.", BUG_EXIT, debug)
+
+
+# Where a command writes the traceback of an unexpected error: the folder it writes to, registered by the command once
+# it knows it (report_crashes_in), else the system's temporary folder.
+_CRASH_FOLDER: list[str] = []
+
+
+def report_crashes_in(folder: str | os.PathLike) -> None:
+    """The folder (a run, sweep, zoo or results folder) where this process writes crash reports from now on."""
+    _CRASH_FOLDER[:] = [os.fspath(folder)]
+
+
+def write_crash_report(prog: str) -> str:
+    """The traceback of the exception being handled, in <folder>/crossbert-crash-<pid>.txt; returns its path."""
+    import tempfile
+    import time
+    import traceback
+
+    text = f"{prog} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}, pid {os.getpid()}\n\n{traceback.format_exc()}"
+    for folder in [*_CRASH_FOLDER, tempfile.gettempdir()]:
+        path = os.path.join(folder, f"crossbert-crash-{os.getpid()}.txt")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+        except OSError:
+            continue
+    return "(nowhere: no folder could be written; rerun with --debug)"
 
 
 def _exit(prog: str, line: str, code: int, debug: bool) -> None:

@@ -67,7 +67,7 @@ from .objectives import describe, num_views, pretraining_batch, pretraining_mode
 from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
 from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
-from .errors import CrossbertError, debug_requested, exit_on_user_error
+from .errors import CrossbertError, debug_requested, exit_on_user_error, report_crashes_in
 from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
 from .tracking import Trackers, open_trackers
 
@@ -671,6 +671,7 @@ def train(cfg: TrainConfig) -> Path:
     if "data_root" in cfg.data.corpus:  # resolved once, here: every process and log line sees this path
         cfg.data.data_root = str(data_root(cfg.data.data_root))
     with holding_run_folder(cfg):
+        report_crashes_in(cfg.run_dir)
         trainer = Trainer(cfg)
         try:
             return trainer.fit()

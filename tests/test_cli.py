@@ -511,3 +511,22 @@ def test_no_entry_point_shows_a_traceback(entry, tmp_path, monkeypatch, capsys):
         run(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == USER_ERROR_EXIT and len(err.splitlines()) == 1 and "error: " in err, err
+
+
+def test_a_bug_is_one_line_that_says_so_and_names_the_file_holding_its_traceback(tmp_path, monkeypatch, capsys):
+    import crossbert_eval.cli as cli
+
+    def broken(args):
+        raise ZeroDivisionError("division by zero\nin a place nobody expected")
+
+    monkeypatch.setattr(cli, "_probe", broken)
+    monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(_probe_argv(tmp_path, "minilm"))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "internal error (a bug in crossbert, not in your input): ZeroDivisionError: division by zero in a place" in err
+    (report,) = (tmp_path / "r").glob("crossbert-crash-*.txt")  # in the folder the command writes to, named by the line
+    assert str(report) in err and "Traceback" in report.read_text() and "ZeroDivisionError" in report.read_text()
+    with pytest.raises(ZeroDivisionError):  # --debug: the traceback itself
+        main(["--debug", *_probe_argv(tmp_path, "minilm")])
