@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 import crossbert_model.model  # noqa: F401  (registers the crossbert model type with AutoModel)
-from crossbert_model.checkpoint import check_safetensors_file, latest_checkpoint
+from crossbert_model.checkpoint import check_finite_weights, check_safetensors_file, latest_checkpoint
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
@@ -413,6 +413,7 @@ class FrozenEncoder:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
+        check_finite_weights(model.state_dict().items(), str(source.folder))  # NaN features would follow, and be cached
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
         return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
@@ -583,6 +584,10 @@ class FeatureCache:
             need_pools = sorted({p for _, p in missing}, key=POOLINGS.index)
             log.info("encoding %s with %s: %d texts, layers %s, pooling %s", label, encoder.name, len(texts), need_layers, need_pools)
             fresh = encoder.encode(texts, texts_pair, layers=need_layers, poolings=need_pools, desc=f"encode {label}")
+            bad = [k for k in missing if not np.isfinite(fresh[k]).all()]
+            if bad:  # refused before anything is cached or probed
+                raise EncoderError(f"{encoder.name}: its features of {label} hold NaN or Inf at layer {bad[0][0]} "
+                                   f"({bad[0][1]} pooling): refused, nothing cached (try --dtype fp32 if it ran in bf16)")
             for k in missing:
                 with atomic_path(paths[k]) as tmp:
                     with open(tmp, "wb") as f:

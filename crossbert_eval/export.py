@@ -19,7 +19,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossbert_model.checkpoint import COMPLETE_MARKER, latest_checkpoint, read_config, read_trainer_state, run_name_of
+from crossbert_model.checkpoint import (COMPLETE_MARKER, check_finite_weights, latest_checkpoint, read_config, read_trainer_state, run_name_of,
+                                       safetensors_tensors)
 from crossbert_model.errors import CrossbertError
 from crossbert_model.model_card import run_config_of, write_model_card
 from crossbert_model.portable import write_portable_files
@@ -109,6 +110,8 @@ def export_checkpoint(spec: str | Path, dest: str | Path, results_dir: str | Pat
     if push:
         check_push(push, dest)
     config = read_config(checkpoint)
+    for weights in sorted(checkpoint.glob("*.safetensors")):  # never export (or push) a model with NaN or Inf weights
+        check_finite_weights(safetensors_tensors(weights), str(weights))
     trainer_state = read_trainer_state(checkpoint) if (checkpoint / "trainer_state.json").is_file() else {}
     rows = rows_of_checkpoint(checkpoint, results_dir)
     with atomic_path(dest, is_dir=True) as tmp:

@@ -21,7 +21,6 @@ by a killed writer is cut off first), so the file always parses.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections import Counter
@@ -33,6 +32,7 @@ import pandas as pd
 from crossbert_model.claims import BUSY, CLAIMED, DONE, Claims, timestamp  # noqa: F401  (claim() outcomes, re-exported)
 from crossbert_model.utils import (
     append_jsonl,
+    json_text,
     atomic_path,
     atomic_write_text,
     jsonl_row,
@@ -157,7 +157,7 @@ class ResultsStore:
             if not self.path.exists():
                 return
             kept = [r for r in read_jsonl(self.path) if r.get("unit") not in keys]
-            atomic_write_text(self.path, "".join(json.dumps(r, default=_json_default) + "\n" for r in kept))
+            atomic_write_text(self.path, "".join(json_text(r, _json_default) + "\n" for r in kept))
             self._done, self._seen = set(), None
 
 

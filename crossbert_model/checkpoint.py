@@ -136,6 +136,26 @@ def check_safetensors_file(file: Path) -> None:
         raise _unreadable(file, e) from None
 
 
+def nonfinite_tensors(named_tensors) -> list[str]:
+    """The names of the floating-point tensors of (name, tensor) pairs that hold a NaN or an infinity."""
+    return [name for name, t in named_tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def check_finite_weights(named_tensors, where: str) -> None:
+    """Refuse weights with NaN or Inf (a diverged or damaged model): one line naming `where` and the first tensors."""
+    bad = nonfinite_tensors(named_tensors)
+    if bad:
+        raise CheckpointError(f"{where}: {len(bad)} weight tensor(s) hold NaN or Inf ({', '.join(bad[:3])}"
+                              f"{', ...' if len(bad) > 3 else ''}): refused (a diverged or damaged model)")
+
+
+def safetensors_tensors(file: Path):
+    """(name, tensor) of every tensor of a safetensors file, read one at a time."""
+    with safe_open(str(file), framework="pt") as f:
+        for name in f.keys():
+            yield name, f.get_tensor(name)
+
+
 def read_trainer_state(path: Path) -> dict:
     file = Path(path) / "trainer_state.json"
     try:

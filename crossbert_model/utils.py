@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import lzma
+import math
 import os
 import platform
 import shutil
@@ -169,8 +170,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def finite_or_null(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float made None: what this tool writes is strict JSON (a bare NaN is not),
+    and a number that is not one is recorded as missing."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, default=str, **kwargs) -> str:
+    """The one JSON writer: strict JSON (finite_or_null), `default` for what json cannot serialise (numpy scalars, ...)."""
+    def serialise(o):
+        if type(o).__module__ == "numpy" and hasattr(o, "item") and getattr(o, "ndim", 0) == 0:
+            return finite_or_null(o.item())  # a numpy scalar is the number it holds
+        return finite_or_null(default(o))
+
+    return json.dumps(finite_or_null(obj), default=serialise, allow_nan=False, **kwargs)
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(path, json_text(obj, indent=2, sort_keys=True) + "\n")
 
 
 def append_jsonl(path: str | os.PathLike, rows: list[dict], default=str) -> None:
@@ -181,7 +204,7 @@ def append_jsonl(path: str | os.PathLike, rows: list[dict], default=str) -> None
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = "".join(json.dumps(r, default=default) + "\n" for r in rows).encode()
+    payload = "".join(json_text(r, default) + "\n" for r in rows).encode()
     with exclusive_lock(lock_file_of(path)), open(path, "a+b") as f:
         _cut_torn_tail(f)
         f.write(payload)

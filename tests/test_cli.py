@@ -105,6 +105,18 @@ def _nano_model(tmp_path: Path, **config) -> str:
     return str(folder)
 
 
+def _nan_model(tmp_path: Path) -> str:
+    """A nano checkpoint one of whose weights is NaN (a diverged run's last save)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(_nano_model(tmp_path))
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in sorted(weights) if weights[k].is_floating_point())
+    weights[name][0] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return str(folder)
+
+
 def _bad_utf8_corpus(tmp_path: Path) -> Path:
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"A first document of plain text.\n\nA second line " + b"\xff\xfe" + b" with a bad byte.\n")
@@ -261,6 +273,10 @@ CASES = {
     "disk full during a feature write": Case(
         lambda t, c: _probe_argv(t, _nano_model(t)), ["/f/", "No space left on device", "run the same command again"],
         around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()), untouched=("f", "r/claims")),
+    "NaN weights, probed": Case(lambda t, c: _probe_argv(t, _nan_model(t)), ["/nano", "hold NaN or Inf", "refused"],
+                                untouched=("r", "f")),
+    "NaN weights, exported": Case(lambda t, c: ["export", _nan_model(t), str(t / "exported")],
+                                  ["model.safetensors", "hold NaN or Inf", "refused"], untouched=("exported",)),
     "report of a missing folder": Case(lambda t, c: ["report", str(t / "nonexistent")], ["nonexistent"], untouched=("r",)),
     "plateau of a folder that is no sweep": Case(lambda t, c: ["plateau", str(t)], ["not a sweep folder"]),
     "reliance of a model folder that is no training checkpoint": Case(

@@ -285,3 +285,20 @@ def test_pooling_defaults_to_the_model_and_records_its_source(tmp_path):
     assert runner.poolings == ["cls"] and runner.pooling_source == "sentence-transformers:1_Pooling/config.json"
     runner = ProbeRunner(Stub(), ProbeSettings(poolings=["max"], **base))
     assert runner.poolings == ["max"] and runner.pooling_source == "user"
+
+
+def test_every_json_file_the_tool_writes_is_strict_json_a_number_that_is_none_recorded_as_null(tmp_path):
+    import json
+
+    import numpy as np
+
+    from crossbert_model.utils import append_jsonl, atomic_write_json
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in {text!r}"))
+
+    row = {"value": float("nan"), "high": np.float32("inf"), "ci": [0.5, float("-inf")], "n": np.int64(3)}
+    append_jsonl(tmp_path / "rows.jsonl", [row])
+    atomic_write_json(tmp_path / "one.json", row)
+    for text in ((tmp_path / "rows.jsonl").read_text(), (tmp_path / "one.json").read_text()):
+        assert strict(text) == {"value": None, "high": None, "ci": [0.5, None], "n": 3}

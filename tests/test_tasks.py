@@ -119,6 +119,23 @@ def test_tsv_row_with_wrong_field_count_names_file_and_line(tmp_path):
         task.load_split("train", root)
 
 
+TOY_STS = TOY.replace("target: class", "target: score").replace("metrics: [accuracy]", "metrics: [spearman]").replace("labels: [0, 1]\n", "")
+
+
+def test_a_split_on_which_the_metric_is_undefined_is_refused_when_read_before_anything_is_encoded(tmp_path):
+    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nfine\t1\n", "dev.tsv": "sentence\tlabel\nok\t1\n"})
+    with pytest.raises(TaskError, match=r"train.tsv: split 'train' of task Toy: every example has class 1: a probe needs two"):
+        task.load_split("train", root)
+    assert task.load_split("validation", root).labels.tolist() == [1]  # one class to score on is defined (accuracy)
+    constant = {"train.tsv": "sentence\tlabel\na\t1.0\nb\t2.0\n", "dev.tsv": "sentence\tlabel\nc\t3.0\nd\t3.0\n"}
+    task, root = _task_file(tmp_path / "sts", TOY_STS, constant)
+    with pytest.raises(TaskError, match=r"dev.tsv: split 'validation' of task Toy: every gold score is 3: a correlation with a constant"):
+        task.load_split("validation", root)
+    task, root = _task_file(tmp_path / "nan", TOY_STS, {**constant, "train.tsv": "sentence\tlabel\na\tnan\nb\t2.0\n"})
+    with pytest.raises(TaskError, match=r"train.tsv: split 'train' of task Toy: 1 gold score\(s\) are not finite numbers"):
+        task.load_split("train", root)
+
+
 def test_empty_split_is_an_error(tmp_path):
     task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\nok\t1\n", "dev.tsv": "sentence\tlabel\n"})
     with pytest.raises(TaskError, match=r"dev.tsv: split 'validation' of task Toy is empty"):

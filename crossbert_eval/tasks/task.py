@@ -319,9 +319,11 @@ class Task(TaskSpec):
                 groups.append(row[cols.group])
         if not texts:
             raise TaskError(f"{where}: split {split!r} of task {self.name} is empty")
+        labels = np.asarray(labels, dtype=np.float64 if self.is_regression else np.int64)
+        check_metric_defined(labels, self.is_regression, split == self.train_split, f"{where}: split {split!r} of task {self.name}")
         return Split(
             texts=texts,
-            labels=np.asarray(labels, dtype=np.float64 if self.is_regression else np.int64),
+            labels=labels,
             texts_pair=pairs if self.is_pair else None,
             groups=np.asarray(groups) if groups else None,
         )
@@ -407,6 +409,21 @@ class Task(TaskSpec):
 
 # Formats whose every non-blank line is one record (tsv read without quoting: a quote never spans lines)
 LINE_FORMATS = ("tsv", "jsonl", "label_first")
+
+
+def check_metric_defined(labels: np.ndarray, regression: bool, training: bool, where: str) -> None:
+    """A split on which the task's probe or metric is undefined is refused when it is read, before anything is encoded:
+    gold scores that are not all finite; an evaluation split whose scores are all equal (a correlation with a constant
+    is undefined); a training split with one class (a probe needs two to fit)."""
+    if regression and not np.isfinite(labels).all():
+        raise TaskError(f"{where}: {int((~np.isfinite(labels)).sum())} gold score(s) are not finite numbers")
+    values = np.unique(labels)
+    if len(values) > 1:
+        return
+    if regression and not training:
+        raise TaskError(f"{where}: every gold score is {values[0]:g}: a correlation with a constant is undefined")
+    if not regression and training:
+        raise TaskError(f"{where}: every example has class {int(values[0])}: a probe needs two or more classes to fit")
 
 
 def _nonblank_lines(text: str, fmt: str) -> int:
