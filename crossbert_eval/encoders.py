@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,6 +410,11 @@ class FrozenEncoder:
             # use_safetensors=True: transformers must never fall back to unpickling a .bin it finds
             safetensors_only = None if allow_pickle else True
             model = from_pretrained(AutoModel, source.folder, trust_remote_code=trust_remote_code, use_safetensors=safetensors_only)
+        except pickle.UnpicklingError as e:  # torch's weights_only refused a pickle that asks for more than tensors
+            blocked = re.search(r"unsupported GLOBAL (\S+)", str(e))
+            raise EncoderError(f"{source.folder}: its pickle weights ask to run code when unpickled"
+                               f"{f' ({blocked.group(1)})' if blocked else ''}: refused even with --allow-pickle, which reads "
+                               "tensors only; convert the weights to safetensors where they come from") from None
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
         if source.kind == "crossbert":

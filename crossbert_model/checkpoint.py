@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -34,7 +35,7 @@ from .objectives import objective_of
 from .portable import write_portable_files
 from .remote_code import from_pretrained
 from .utils import atomic_path, atomic_write_json
-from .errors import CrossbertError, quoted_os_error
+from .errors import CrossbertError, one_line, quoted_os_error
 
 log = logging.getLogger(__name__)
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -187,10 +188,24 @@ def load_optimizer_state(path: Path) -> dict | None:
     file = Path(path) / "optimizer.pt"
     if not file.is_file():
         return None
+    return read_torch_tensors(file, "an optimizer state")
+
+
+# What torch.load raises on a damaged file or one whose pickle asks for more than tensors (weights_only refuses it:
+# pickle.UnpicklingError and its subclasses).
+TORCH_LOAD_ERRORS = (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError)
+
+
+def read_torch_tensors(file: Path, what: str):
+    """The one reader of torch pickles: tensors and plain containers only (weights_only), anything else one line."""
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
-    except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{file}: not a readable optimizer state (truncated or corrupt?): {e}") from None
+    except pickle.UnpicklingError as e:
+        blocked = re.search(r"unsupported GLOBAL (\S+)", str(e))
+        raise CheckpointError(f"{file}: not {what} this tool can read: a pickle that asks to run code when loaded"
+                              f"{f' ({blocked.group(1)})' if blocked else ''}, refused") from None
+    except TORCH_LOAD_ERRORS as e:
+        raise CheckpointError(f"{file}: not {what} this tool can read (truncated or corrupt?): {one_line(str(e))[:200]}") from None
 
 
 def pretraining_model_from_pretrained(path: str | Path):

@@ -86,6 +86,37 @@ def _pickle_only_model(tmp_path: Path) -> Path:
     return folder
 
 
+class _Payload:
+    """A pickle that would create `marker` when unpickled (torch's weights_only must refuse it)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.makedirs, (str(self.marker),)
+
+
+def _pickle_payload_model(tmp_path: Path) -> Path:
+    """A model folder whose only weights are a pickle carrying a payload."""
+    import torch
+
+    folder = _pickle_only_model(tmp_path)
+    torch.save({"weights": _Payload(tmp_path / "code-ran")}, folder / "pytorch_model.bin")
+    return folder
+
+
+def _run_with_payload_optimizer(tmp_path: Path, corpus_args) -> list[str]:
+    """A trained run whose latest checkpoint's optimizer.pt was replaced by a pickle carrying a payload; resuming reads it."""
+    import torch
+
+    argv = _train_argv(corpus_args, tmp_path / "runs", "steps=4", "checkpoint_every=2")
+    assert main(argv) is None
+    first, last = sorted((tmp_path / "runs" / "cli" / "checkpoints").glob("step_*"))
+    shutil.rmtree(last)  # as if killed before its last save: a rerun resumes from the first
+    torch.save({"state": _Payload(tmp_path / "code-ran")}, first / "optimizer.pt")
+    return argv
+
+
 def _truncated_model(tmp_path: Path) -> Path:
     folder = _minilm_copy(tmp_path)
     weights = folder / "model.safetensors"
@@ -273,6 +304,11 @@ CASES = {
     "disk full during a feature write": Case(
         lambda t, c: _probe_argv(t, _nano_model(t)), ["/f/", "No space left on device", "run the same command again"],
         around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()), untouched=("f", "r/claims")),
+    "pickle weights carrying a payload, allowed": Case(
+        lambda t, c: _probe_argv(t, str(_pickle_payload_model(t)), "--allow-pickle"), ["ask to run code", "os.makedirs", "refused"],
+        untouched=("r", "f", "code-ran")),
+    "an optimizer state carrying a payload, resumed": Case(
+        _run_with_payload_optimizer, ["no usable checkpoint to resume from", "damaged"], untouched=("code-ran",)),
     "NaN weights, probed": Case(lambda t, c: _probe_argv(t, _nan_model(t)), ["/nano", "hold NaN or Inf", "refused"],
                                 untouched=("r", "f")),
     "NaN weights, exported": Case(lambda t, c: ["export", _nan_model(t), str(t / "exported")],
