@@ -304,7 +304,18 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     try:
         return from_dict(cls, data)
     except ConfigError as e:
-        raise ConfigError(f"{path or 'config'}: {e}") from None
+        raise ConfigError(f"{_source_of(str(e), path, overrides or [])}: {e}") from None
+
+
+def _source_of(message: str, path, overrides: list[str]) -> str:
+    """Where the value a typing error names came from: the command-line override that set its key (or a key above it),
+    else the YAML file."""
+    key = re.sub(r"\[\d+\]", "", message.split(":", 1)[0]).strip()
+    for override in reversed(overrides):  # the last override of a key wins, as in parse_overrides
+        name = override.split("=", 1)[0].strip()
+        if key == name or key.startswith(name + "."):
+            return f"command-line override {override!r}"
+    return str(path or "config")
 
 
 @dataclasses.dataclass

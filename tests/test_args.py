@@ -1,11 +1,12 @@
 """The one typed loader (crossbert_model.args.from_dict): config files and task files read YAML through it;
 its mistakes carry what went wrong, so each caller words them its own way."""
 
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
-from crossbert_model.args import MissingKeys, UnknownKeys, WrongType, from_dict, required
+from crossbert_model.args import ConfigError, MissingKeys, UnknownKeys, WrongType, from_dict, load_config, required
 
 
 @dataclass
@@ -53,3 +54,17 @@ def test_a_value_of_the_wrong_type_carries_the_expected_type_and_the_value():
         from_dict(Outer, {"name": "a", "inner": "p"})
     with pytest.raises(WrongType, match=r"^tags\[1\]: expected str, got 3$"):
         from_dict(Outer, {"name": "a", "tags": ["x", 3]})
+
+
+def test_a_bad_value_from_a_command_line_override_is_reported_as_that_override_not_as_the_files(tmp_path):
+    from crossbert_model.train_config import TrainConfig
+
+    config = tmp_path / "run.yaml"
+    config.write_text("steps: 10\noptim: {lr: 0.001}\n")
+    with pytest.raises(ConfigError, match=r"^command-line override 'steps=abc': steps: expected int, got 'abc'$"):
+        load_config(TrainConfig, config, ["steps=abc"])
+    with pytest.raises(ConfigError, match=r"^command-line override 'optim.lr=x': optim.lr: expected float"):
+        load_config(TrainConfig, config, ["batch_size=4", "optim.lr=x"])
+    config.write_text("steps: ten\n")  # the file's own value: the file is named
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))}: steps: expected int, got 'ten'$"):
+        load_config(TrainConfig, config, ["batch_size=4"])
