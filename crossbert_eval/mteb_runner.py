@@ -27,6 +27,7 @@ from pathlib import Path
 from sklearn.exceptions import ConvergenceWarning
 
 from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR
+from crossbert_model.utils import atomic_write_text, sha256_file
 
 from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
 from .mteb_benchmark import check_local_data, resolve_mteb_tasks
@@ -127,6 +128,8 @@ def run_mteb(
         # features of small models; the warning changes nothing and buries the log.
         warnings.simplefilter("ignore", ConvergenceWarning)
         result_cache = mteb.ResultCache(cache_path=out_dir)
+        result_files = [Path(result_cache.get_task_result_path(t.metadata.name, wrapped.mteb_model_meta)) for t in task_objects]
+        drop_unverified_results(result_files)
         result = mteb.evaluate(
             wrapped,
             task_objects,
@@ -136,6 +139,7 @@ def run_mteb(
             co2_tracker=False,
             show_progress_bar=False,
         )
+    stamp_results(result_files)
     meta = wrapped.mteb_model_meta
     rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects},
                        pooling_source, wrapped.costs)  # fmt: skip
@@ -145,6 +149,35 @@ def run_mteb(
     store.append(rows if overwrite else new)
     log.info("mteb results: %s", result_cache.get_task_result_path(task_objects[0].metadata.name, meta).parent)
     return rows, mteb_text_table(rows, plan, wall_s=time.perf_counter() - started)
+
+
+# Beside each mteb result file this tool wrote: the SHA-256 of its content. mteb answers a task from its result cache
+# by file name alone; a file without this stamp, or whose content changed since, is not trusted but evaluated again.
+RESULT_STAMP_SUFFIX = ".crossbert-sha256"
+
+
+def _stamp_of(path: Path) -> Path:
+    return path.with_name(path.name + RESULT_STAMP_SUFFIX)
+
+
+def drop_unverified_results(paths: list[Path]) -> None:
+    """Remove the cached result files this tool did not write or that changed since (mteb then recomputes them)."""
+    for path in paths:
+        if not path.is_file():
+            continue
+        stamp = _stamp_of(path)
+        if stamp.is_file() and stamp.read_text().strip() == sha256_file(path):
+            continue
+        log.warning("%s: a cached mteb result %s: not trusted, evaluated again", path,
+                    "that changed since this tool wrote it" if stamp.is_file() else "this tool did not write")  # fmt: skip
+        path.unlink()
+
+
+def stamp_results(paths: list[Path]) -> None:
+    """Stamp the result files of this run (computed now, or cached and verified above)."""
+    for path in paths:
+        if path.is_file():
+            atomic_write_text(_stamp_of(path), sha256_file(path) + "\n")
 
 
 def check_one_layer(layer: str | int) -> None:
@@ -199,6 +232,8 @@ def result_rows(
                     # what the task cost: mteb's evaluation time (encoding + scoring), and our encoding in this
                     # run (0 texts: every feature came from the feature cache)
                     "eval_time_s": task_result.evaluation_time,
+                    # computed in this run, or read from mteb's result cache (verified against this tool's stamp)
+                    "result_source": "computed" if cost else "mteb result cache (verified)",
                     "encode_s": round(cost["encode_s"], 3) if cost else None,
                     "encoded_texts": cost["encoded"] if cost else None,
                     "unit": key,

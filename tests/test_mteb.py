@@ -419,3 +419,20 @@ def test_the_private_calculate_scores_override_still_takes_effect(nano_checkpoin
     assert seen and set(seen) == {"Column"}  # mteb handed the override its lazy label column, every experiment
     assert any(r["metric"] == "accuracy" and r["is_main"] for r in rows)
 
+
+
+def test_a_tampered_cached_result_is_not_trusted_but_evaluated_again_and_every_row_says_where_it_came_from(tmp_path, no_network):
+    first, _ = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "a"))
+    measured = next(r["value"] for r in first if r["is_main"])
+    assert {r["result_source"] for r in first} == {"computed"}
+    again, _ = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "b"))
+    assert {r["result_source"] for r in again} == {"mteb result cache (verified)"}  # untouched: read back, and said so
+    (path,) = (tmp_path / "results").glob("*/*/STS13.json")
+    tampered = json.loads(path.read_text())
+    for subset in tampered["scores"]["test"]:
+        subset["main_score"] = subset["cosine_spearman"] = 0.999
+    path.write_text(json.dumps(tampered))
+    rows, table = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "c"))
+    main = next(r for r in rows if r["is_main"])
+    assert main["value"] == pytest.approx(measured) and main["result_source"] == "computed"  # measured again, not 0.999
+    assert "99.90" not in table
