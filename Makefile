@@ -10,7 +10,7 @@ RUNS ?= runs
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 HF_UPDATE_DOWNLOAD_COUNTS=0
 ENV := $(OFFLINE) $(if $(DATA_ROOT),CROSSBERT_DATA_ROOT=$(abspath $(DATA_ROOT)))
 
-.PHONY: setup demo second-target predictor-positions width-ladder gpu-figure1-data reference test test-all bench bench-main-job clean
+.PHONY: setup demo second-target predictor-positions width-ladder gpu-figure1-data reference test test-all fuzz bench bench-main-job clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,12 @@ test: setup
 
 test-all: setup
 	$(ENV) $(PY) -m pytest -q -m ""
+
+# The fuzzer's long profile (tests/test_fuzz.py: 400 generated inputs per edge instead of the suite's 25, not
+# derandomised); the outcomes per edge are printed at the end.
+fuzz: setup
+	$(ENV) HYPOTHESIS_PROFILE=fuzz FUZZ_COUNTS=$(RUNS)/fuzz_counts.json $(PY) -m pytest -q tests/test_fuzz.py -p no:cacheprovider
+	cat $(RUNS)/fuzz_counts.json
 
 # Speed against named baselines, one run per comparison (about 27 minutes on 2 cores); tables in runs/bench/.
 BENCH := $(ENV) $(PY)

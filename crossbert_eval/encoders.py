@@ -33,7 +33,7 @@ from crossbert_model.hardware import autocast_dtype
 from crossbert_model.remote_code import code_allowed, from_pretrained
 from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
 from crossbert_model.args import did_you_mean
-from crossbert_model.errors import CrossbertError
+from crossbert_model.errors import CrossbertError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -373,6 +373,52 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
         )
 
 
+# Layer indices in weight names (BERT's encoder.layer.N., our encoder.layers.N., GPT's h.N., ...).
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
+
+
+def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape in the folder's safetensors files, read from their headers (no tensor is loaded)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in _weight_files(folder)[0]:
+        with safe_open(str(path), framework="pt") as f:
+            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    return shapes
+
+
+def check_config_matches_weights(folder: Path, trust_remote_code: bool) -> None:
+    """config.json against the weights' headers, before anything is allocated: the model config.json describes is built
+    on the meta device (no memory) and each of its tensors must have the shape the weights hold. A config that
+    describes no model, or another model than its weights (a damaged or edited config.json), is one line, not a
+    multi-gigabyte allocation or a failure deep inside transformers. Pickle weights: transformers checks after loading."""
+    from transformers import AutoConfig, AutoModel
+
+    shapes = weight_shapes(folder)
+    if not shapes:
+        return
+    where = folder / "config.json"
+    try:
+        config = from_pretrained(AutoConfig, folder, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise EncoderError(f"{where}: not a usable model config ({one_line(str(e))[:200]})") from None
+    layers_in_weights = len({m.group(1) for name in shapes for m in [LAYER_INDEX.search(name)] if m})
+    declared = getattr(config, "num_hidden_layers", None)
+    if layers_in_weights and (not isinstance(declared, int) or isinstance(declared, bool) or declared != layers_in_weights):
+        raise EncoderError(f"{where}: num_hidden_layers is {declared!r}, but the weights hold {layers_in_weights} layers")
+    try:
+        with torch.device("meta"):
+            model = AutoModel.from_config(config, trust_remote_code=code_allowed(folder, trust_remote_code))
+    except Exception as e:  # whatever an impossible config makes a model class raise: the file is at fault, not this tool
+        raise EncoderError(f"{where}: describes no model AutoModel can build ({type(e).__name__}: {one_line(str(e))[:200]})") from None
+    for name, tensor in model.state_dict().items():
+        found = shapes.get(name) or next((s for n, s in shapes.items() if n.endswith("." + name)), None)
+        if found is not None and tuple(tensor.shape) != found:
+            raise EncoderError(f"{where}: describes another model than its weights: {name} is {found} in the weights, "
+                               f"{tuple(tensor.shape)} by config.json")
+
+
 class FrozenEncoder:
     def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp,
                  max_batch_tokens: int, trust_remote_code: bool = False):  # fmt: skip
@@ -403,9 +449,10 @@ class FrozenEncoder:
         check_weights(source.folder, allow_pickle)
         try:
             tokenizer = from_pretrained(AutoTokenizer, source.folder, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, TypeError, KeyError) as e:  # a damaged tokenizer or config.json: the folder's fault
             raise EncoderError(f"{source.folder}: no usable tokenizer ({e})") from None
         max_length = fitted_max_length(source, tokenizer, max_length, own_length)
+        check_config_matches_weights(source.folder, trust_remote_code)
         try:
             # use_safetensors=True: transformers must never fall back to unpickling a .bin it finds
             safetensors_only = None if allow_pickle else True

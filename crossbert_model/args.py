@@ -266,7 +266,12 @@ def parse_overrides(overrides: list[str], cls: type) -> dict:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key=value (e.g. model.preset=mini)")
         key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw.strip() else None, cls)
+        try:
+            value = safe_load_yaml(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"command-line override {item!r}: the value is not valid YAML ({problem})") from None
+        _set_dotted(data, key.strip(), value, cls)
     return data
 
 

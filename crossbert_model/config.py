@@ -69,6 +69,17 @@ class CrossBertConfig(PretrainedConfig):
     ):
         check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std,
                            predictor_positions=predictor_positions, absolute_positions=absolute_positions)
+        sizes = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
+                 "num_attention_heads": num_attention_heads, "max_position_embeddings": max_position_embeddings,
+                 "intermediate_size": intermediate_size, "predictor_layers": predictor_layers,
+                 "predictor_hidden_size": predictor_hidden_size, "predictor_heads": predictor_heads,
+                 "predictor_intermediate_size": predictor_intermediate_size}  # fmt: skip
+        for name, value in sizes.items():  # None: the default shape (intermediate and predictor sizes)
+            if value is not None or name in SHAPE_FIELDS:
+                _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer", value)
+        for name, value in {"norm_eps": norm_eps, "rope_theta": rope_theta, "initializer_range": initializer_range}.items():
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+            _require(ok, name, "a positive number", value)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"config field 'hidden_size' ({hidden_size}) must be divisible by 'num_attention_heads' ({num_attention_heads})"
@@ -122,6 +133,8 @@ class CrossBertConfig(PretrainedConfig):
 
 
 MLP_TYPES = ("gelu", "swiglu")
+# The shape fields a config must give as positive integers (the others may be None: a default shape).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings")
 NORM_TYPES = ("layernorm", "rmsnorm")
 # The routes by which positions reach CrossBERT's predictor (config field `predictor_positions`), and what each needs of
 # the encoder. results/predictor_positions/README.md measures them side by side.
