@@ -510,11 +510,19 @@ class Sweep:
             return self._run_distributed()
         self.work()
         self.report()
+        self.log_verdict()
         if self.skipped:
             log.warning("sweep %s: %d run(s) skipped for the wall budget (%s); run the sweep again to add them",
                         self.cfg.name, len(self.skipped), ", ".join(sorted(self.skipped)))
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
+
+    def log_verdict(self) -> None:
+        """The report's verdict (summary.json) as the sweep's last lines."""
+        from .report.noise import verdict_lines
+
+        if not self.rank and (self.root / "summary.json").is_file():
+            log.info("sweep %s verdict:\n%s", self.cfg.name, "\n".join(verdict_lines(json.loads((self.root / "summary.json").read_text()))))
 
     def _run_distributed(self) -> Path:
         """Under torchrun: every rank trains every run (no claims: the ranks are one worker); rank 0 probes."""

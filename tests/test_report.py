@@ -462,6 +462,14 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     assert (table[table["objective"] == "mlm"]["verdict"] != objectives["verdict"].iloc[0]).all()  # flat MLM's own tests stand
     assert "## Encoder reliance: does the encoder carry context?" in md
     assert "1 not comparable: a run whose encoder does not carry context" in md
+    # the verdict opens the page, before any figure, and is written as summary.json
+    assert md.index("## Verdict") < md.index("## Plots")
+    assert "- **crossbert - mlm**: 1 compared, 0 tested: 0 beyond noise, 0 within noise, 1 withheld: a run whose encoder " \
+           "does not carry context." in md
+    assert "- Runs whose encoder does not carry context: crossbert-nano-s1 (their comparisons are withheld)." in md
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["runs_failing"] == {"encoder_carries_context": ["crossbert-nano-s1"]}
+    assert summary["comparisons"]["crossbert - mlm"]["withheld"] == {"off_plateau": 0, "encoder_carries_context": 1}
 
 
 def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to_the_next(tmp_path):

@@ -298,6 +298,46 @@ def noise_paragraph(table: pd.DataFrame, no_comparisons: str = NO_COMPARISONS) -
     return "\n".join(lines)
 
 
+def verdict_summary(table: pd.DataFrame, plateau: pd.DataFrame | None) -> dict:
+    """The report's answer in numbers (summary.json, and the page's first section): per comparison kind, how many were
+    tested and how many are beyond noise (named), within it, untested or withheld by each rule; the runs failing each
+    rule; the error rate and the power."""
+    failing = {rule: sorted(plateau.loc[plateau[rule] == "no", "run"]) for rule in RUN_RULES
+               if plateau is not None and len(plateau) and rule in plateau}  # fmt: skip
+    kinds = {}
+    for comparison, sub in (table.groupby("comparison", sort=False) if len(table) else []):
+        verdicts = sub["verdict"].fillna("")
+        kinds[comparison] = {
+            "compared": len(sub), "tested": int(sub["p_adjusted"].notna().sum()),
+            "beyond_noise": [_named(r) for _, r in sub[verdicts == "beyond noise"].iterrows()],
+            "within_noise": int((verdicts == "within noise").sum()), "untested": int((verdicts == "unknown").sum()),
+            "withheld": {rule: int(verdicts.str.contains(reason, regex=False).sum()) for rule, reason in RUN_RULES.items()},
+        }  # fmt: skip
+    family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
+    return {"comparisons": kinds, "runs_failing": {rule: runs for rule, runs in failing.items() if runs},
+            "error_rate": f"{S.CORRECTION}, false-discovery rate {S.ALPHA:g}, over {family} tested comparisons",
+            "power": power_sentence([S.POWER_SEEDS], family) if family else "no comparison tested"}  # fmt: skip
+
+
+def verdict_lines(summary: dict) -> list[str]:
+    """The verdict as the first lines of a report: what was tested, what was withheld and why, what is beyond noise."""
+    kinds = summary["comparisons"]
+    if not kinds:
+        return ["No comparison could be made (one objective, one size, or no final checkpoint probed yet)."]
+    lines = []
+    for comparison, k in kinds.items():
+        named = k["beyond_noise"]
+        parts = [f"{len(named)} beyond noise" + (f" ({'; '.join(named[:4])}{'; ...' if len(named) > 4 else ''})" if named else ""),
+                 f"{k['within_noise']} within noise"]
+        parts += [f"{n} withheld: a run {RUN_RULES[rule]}" for rule, n in k["withheld"].items() if n]
+        parts += [f"{k['untested']} untested"] if k["untested"] else []
+        lines.append(f"- **{comparison}**: {k['compared']} compared, {k['tested']} tested: {', '.join(parts)}.")
+    for rule, runs in summary["runs_failing"].items():
+        lines.append(f"- Runs {RUN_RULES[rule]}: {', '.join(runs)} (their comparisons are withheld).")
+    lines.append(f"- Error rate: {summary['error_rate']}. {summary['power']} \"Within noise\" is not \"equal\".")
+    return lines
+
+
 def methods_paragraph(table: pd.DataFrame) -> str:
     """How the report decides (crossbert_eval.stats): the tests, alpha, the correction and its family, and the power."""
     family = int(table["p_adjusted"].notna().sum()) if len(table) else 0

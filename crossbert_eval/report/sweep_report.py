@@ -18,13 +18,13 @@ import pandas as pd
 
 from crossbert_model.plateau import PLATEAU_MARGIN
 from crossbert_model.reliance import ENCODER_RELIANCE_SHARE
-from crossbert_model.utils import atomic_write_text, provenance
+from crossbert_model.utils import atomic_write_text, json_text, provenance
 
 from ..results import RESULTS_FILE, ResultsStore
 from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
                       results_path, sweep_config)  # fmt: skip
 from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
-from .noise import comparisons, methods_paragraph, noise_paragraph
+from .noise import comparisons, methods_paragraph, noise_paragraph, verdict_lines, verdict_summary
 from .plots import (Plot, check_plot_names, plot_collapse, plot_collapse_layers, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
 from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
@@ -86,6 +86,9 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     data = SimpleNamespace(sizes=sizes, summary=summary, scores=scores, checkpoints=checkpoints, geo=geo, averaged=averaged_tasks(scores),
                            out=root / "plots")  # fmt: skip
     drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    verdict = verdict_summary(extras["comparisons"], plateau)
+    atomic_write_text(root / "summary.json", json_text(verdict, indent=2) + "\n")
+    extras["verdict"] = verdict
     md = render_sweep_markdown(root, sizes, summary, scores, drawn, duplicates_warning(rows), extras)
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md))
@@ -114,6 +117,9 @@ def render_sweep_markdown(
         "",
         *([f"**{warning}**", ""] if warning else []),
         *_skipped_line(extras.get("skipped", pd.DataFrame())),
+        *(["## Verdict", "", *verdict_lines(extras["verdict"]), "",
+           "The figures below show every score; where a comparison is withheld above, its lines are not evidence either way.", ""]
+          if "verdict" in extras else []),
         "Scores are points (x100) of each task's main metric, frozen encoder, mean pooling; last layer unless said.",
         "",
         "## Plots",
