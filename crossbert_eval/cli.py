@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 # Only light modules at the top (no torch, transformers, mteb or pandas: tests/test_cli_speed.py), so that
@@ -139,6 +140,40 @@ def _resolved_root(args: argparse.Namespace) -> str:
     from crossbert_model.utils import data_root
 
     return str(data_root(args.data_root))
+
+
+def check_names_early(args: argparse.Namespace) -> None:
+    """What a command names (its tasks, a local model path) checked before torch, transformers or mteb are imported,
+    so a typo is answered in about a second, with "did you mean" where a close name exists."""
+    from pathlib import Path
+
+    from crossbert_model.args import close_matches
+    from crossbert_model.errors import CrossbertError
+
+    if args.command in ("probe", "geometry"):
+        from crossbert_eval.tasks import resolve_tasks
+
+        resolve_tasks(_csv(args.tasks))
+    if args.command == "mteb" and args.tasks:
+        from crossbert_eval.tasks import all_tasks
+
+        local = sorted(name for name, task in all_tasks().items() if task.mteb is not None)
+        for name in _csv(args.tasks):
+            hint = close_matches(name, local) if name not in local else []
+            if hint:  # a typo of a local task: said before mteb is imported (other names are mteb's to answer)
+                raise CrossbertError(f"--tasks {name}: no local task file declares it; did you mean {' or '.join(hint)}?")
+    model = getattr(args, "model", None)
+    if isinstance(model, str) and (model.startswith((".", "/", "~")) or os.sep in model and not _looks_like_hub_id(model)):
+        path = Path(model).expanduser()
+        if not path.exists():
+            siblings = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
+            hint = close_matches(path.name, siblings)
+            raise CrossbertError(f"model {model!r}: no such folder{'; did you mean ' + ' or '.join(str(path.parent / h) for h in hint) + '?' if hint else ''}")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    """org/name[@revision] with no further slash: what a hub id looks like (a local path has more parts or a dot)."""
+    return name.count("/") == 1 and not name.startswith((".", "/", "~")) and not os.path.exists(name.split("/")[0])
 
 
 def _probe(args: argparse.Namespace) -> None:
@@ -488,6 +523,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     with exit_on_user_error(f"crossbert {args.command}", debug):
         check_output_options(args)
+        check_names_early(args)
         args.func(args)
 
 
