@@ -60,6 +60,10 @@ class CrossBertConfig(PretrainedConfig):
         # Learned absolute position embeddings added to the encoder's input, beside its rotary attention (BERT's table,
         # drawn like the token embeddings): what lets the encoder's output say where a token is.
         absolute_positions: bool = False,
+        # Rows of the vocabulary head's loss computed at a time (model._vocab_loss): above this many predicted tokens the
+        # fused, chunked head runs and the full logits never exist; None: always full logits. Computation only: the
+        # loss and gradients are the same within the matmul dtype's rounding.
+        vocab_chunk_rows: int | None = 4096,
         pad_token_id: int = 0,
         mask_token_id: int = 4,
         cls_token_id: int = 2,
@@ -77,6 +81,9 @@ class CrossBertConfig(PretrainedConfig):
         for name, value in sizes.items():  # None: the default shape (intermediate and predictor sizes)
             if value is not None or name in SHAPE_FIELDS:
                 _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer", value)
+        if vocab_chunk_rows is not None:
+            ok = isinstance(vocab_chunk_rows, int) and not isinstance(vocab_chunk_rows, bool) and vocab_chunk_rows > 0
+            _require(ok, "vocab_chunk_rows", "a positive integer or null", vocab_chunk_rows)
         for name, value in {"norm_eps": norm_eps, "rope_theta": rope_theta, "initializer_range": initializer_range}.items():
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
             _require(ok, name, "a positive number", value)
@@ -108,6 +115,7 @@ class CrossBertConfig(PretrainedConfig):
         self.complementary_masking = complementary_masking
         self.predictor_positions = predictor_positions
         self.absolute_positions = absolute_positions
+        self.vocab_chunk_rows = vocab_chunk_rows
         default_layers, default_width = default_predictor_shape(hidden_size, num_hidden_layers, self.intermediate_size, mlp_type)
         self.predictor_layers = predictor_layers or default_layers
         self.predictor_hidden_size = predictor_hidden_size or default_width

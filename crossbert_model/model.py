@@ -296,6 +296,63 @@ def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> PreTrainingOu
     return PreTrainingOutput(loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, logits=logits, labels=labels)
 
 
+def _vocab_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, labels: torch.Tensor, chunk_rows: int | None,
+                want_logits: bool = False) -> PreTrainingOutput:  # fmt: skip
+    """The loss of the vocabulary projection `hidden @ weight.T + bias` against `labels`: through the fused, chunked
+    head (vocab_cross_entropy_sum: the logits of all rows never exist at once) when there are more than `chunk_rows`
+    rows, else by full logits (kept in the output: small batches, tests)."""
+    if chunk_rows is None or want_logits or hidden.shape[0] <= chunk_rows:
+        return _masked_lm_loss(F.linear(hidden, weight, bias), labels)
+    loss_sum = vocab_cross_entropy_sum(hidden, weight, bias, labels, chunk_rows)
+    count = labels.new_full((), labels.numel())
+    return PreTrainingOutput(loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, labels=labels)
+
+
+def vocab_cross_entropy_sum(hidden, weight, bias, labels, chunk_rows: int) -> torch.Tensor:
+    """sum_i CE(hidden_i @ weight.T + bias, labels_i) without materialising the (rows, vocab) logits: `chunk_rows` rows
+    at a time, in the autocast dtype where autocast is on (bf16 matmuls), logits and every sum in fp32. With gradients,
+    each chunk's gradients (softmax - one-hot) are taken in the same pass (Liger's fused linear cross-entropy), so the
+    backward is a scaling and no logits are recomputed: the matmul FLOPs of the unfused head, its memory minus the logits."""
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    return _ChunkedVocabCrossEntropy.apply(hidden, weight, bias, labels, chunk_rows, dtype)
+
+
+class _ChunkedVocabCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, chunk_rows, dtype):
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), weight.to(dtype)
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            grad_h = torch.empty_like(h_all) if need_h else None
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+            grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+            for start in range(0, hidden.shape[0], chunk_rows):
+                h, y = h_all[start : start + chunk_rows], labels[start : start + chunk_rows]
+                logits = (h @ w.t()).float() + bias.float()
+                lse = torch.logsumexp(logits, dim=-1)
+                total += (lse - logits.gather(1, y[:, None]).squeeze(1)).sum()
+                if need_h or need_w or need_b:
+                    p = torch.exp(logits - lse[:, None])  # softmax; minus one-hot below: d(CE sum) / d logits
+                    p[torch.arange(len(y), device=p.device), y] -= 1.0
+                    if need_h:
+                        grad_h[start : start + chunk_rows] = p.to(dtype) @ w
+                    if need_w:
+                        grad_w += (p.t().to(dtype) @ h).float()
+                    if need_b:
+                        grad_b += p.sum(0)
+        ctx.grads = (grad_h, grad_w, grad_b)
+        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grads = [None if g is None else (g * grad_total.to(g.dtype)).to(d) for g, d in zip(ctx.grads, ctx.dtypes)]
+        ctx.grads = None
+        return (*grads, None, None, None)
+
+
 def _check_objective(config: CrossBertConfig, expected: str, cls: type) -> None:
     if config.objective != expected:
         raise ValueError(
@@ -314,8 +371,12 @@ class MlmHead(nn.Module):
         self.norm = make_norm(config, config.hidden_size)
         self.decoder_bias = nn.Parameter(torch.zeros(config.vocab_size))
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """What the tied decoder projects onto the vocabulary."""
+        return self.norm(F.gelu(self.dense(x)))
+
     def forward(self, x: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.norm(F.gelu(self.dense(x))), embedding_weight, self.decoder_bias)
+        return F.linear(self.features(x), embedding_weight, self.decoder_bias)
 
 
 class FlatMlmForPreTraining(CrossBertPreTrainedModel):
@@ -335,8 +396,9 @@ class FlatMlmForPreTraining(CrossBertPreTrainedModel):
             target_positions, target_valid = packed["target_positions"], packed["target_valid"]
         hidden = self.encoder(input_ids, attention_mask=attention_mask).last_hidden_state
         # Vocabulary logits only where there is something to predict (15% of tokens by default).
-        logits = self.head(select_rows(hidden, target_positions, target_valid), self.encoder.embeddings.weight)
-        return _masked_lm_loss(logits, select_rows(labels, target_positions, target_valid))
+        features = self.head.features(select_rows(hidden, target_positions, target_valid))
+        return _vocab_loss(features, self.encoder.embeddings.weight, self.head.decoder_bias,
+                           select_rows(labels, target_positions, target_valid), self.config.vocab_chunk_rows)
 
 
 class Predictor(nn.Module):
@@ -357,6 +419,11 @@ class Predictor(nn.Module):
 
     def forward(self, context, context_positions, context_valid, query_positions, query_valid, embedding_weight):
         """Logits (num_valid_queries, vocab) for the queries at `query_positions` (N, Q)."""
+        return F.linear(self.features(context, context_positions, context_valid, query_positions, query_valid), embedding_weight,
+                        self.decoder_bias)
+
+    def features(self, context, context_positions, context_valid, query_positions, query_valid) -> torch.Tensor:
+        """(num_valid_queries, hidden): what the tied decoder projects onto the vocabulary."""
         n, q = query_positions.shape
         queries = self.mask_embedding.to(context.dtype).expand(n, q, -1)
         if self.rotary is not None:
@@ -365,8 +432,7 @@ class Predictor(nn.Module):
             queries, rope_q, rope_k = queries + self.query_positions(query_positions).to(context.dtype), None, None
         for layer in self.layers:
             queries = layer(queries, rope_q, context, rope_k, key_mask_of(context_valid))
-        out = self.out_proj(self.norm(queries.flatten(0, 1) if query_valid is None else queries[query_valid]))
-        return F.linear(out, embedding_weight, self.decoder_bias)
+        return self.out_proj(self.norm(queries.flatten(0, 1) if query_valid is None else queries[query_valid]))
 
 
 class CrossBertForPreTraining(CrossBertPreTrainedModel):
@@ -398,10 +464,9 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
         context = self.encoder(
             torch.gather(ids, 1, enc_positions), attention_mask=enc_valid, position_ids=enc_positions
         ).last_hidden_state
-        logits = self.predictor(
-            context, enc_positions, enc_valid, query_positions, query_valid, self.encoder.embeddings.weight
-        )
-        return _masked_lm_loss(logits, select_rows(ids, query_positions, query_valid))
+        features = self.predictor.features(context, enc_positions, enc_valid, query_positions, query_valid)
+        return _vocab_loss(features, self.encoder.embeddings.weight, self.predictor.decoder_bias,
+                           select_rows(ids, query_positions, query_valid), self.config.vocab_chunk_rows)
 
 
 # Importing the model classes registers them with transformers' Auto classes (AutoConfig / AutoModel

@@ -55,6 +55,8 @@ class ModelArgs:
     # CrossBERT: where the predictor gets positions, "rotary" | "encoder" (crossbert_model.config.PREDICTOR_POSITION_ROUTES)
     predictor_positions: str = "rotary"
     absolute_positions: bool = False  # learned absolute positions at the encoder's input (the "encoder" route needs them)
+    # predicted tokens per chunk of the fused vocabulary head (crossbert_model.model.vocab_cross_entropy_sum); null: full logits
+    vocab_chunk_rows: int | None = 4096
 
 
 @dataclass
@@ -131,7 +133,7 @@ NON_DEFINING_KEYS = {
     "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
     "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
     "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
-    "data.trust_remote_code", "tracking", "wandb_project", "wandb_mode", "group",
+    "data.trust_remote_code", "tracking", "wandb_project", "wandb_mode", "group", "model.vocab_chunk_rows",
 }  # fmt: skip
 
 
@@ -206,7 +208,7 @@ def _validate_model(m: ModelArgs) -> None:
                            section="model.", predictor_positions=m.predictor_positions, absolute_positions=m.absolute_positions)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads"):
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_layers", "predictor_hidden_size", "predictor_heads", "vocab_chunk_rows"):
         positive_int(f"model.{name}", getattr(m, name), optional=True)
 
 
@@ -272,6 +274,7 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConf
         embedding_init_std=m.embedding_init_std,
         predictor_positions=m.predictor_positions,
         absolute_positions=m.absolute_positions,
+        vocab_chunk_rows=m.vocab_chunk_rows,
         max_position_embeddings=data.seq_len,
         **shape,
         **tokens,

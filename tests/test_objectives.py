@@ -89,6 +89,7 @@ SECTION = dict(
     objective="crossbert", mask_ratio=0.75, mlm_mask_prob=0.7, mlm_random_prob=0.2, complementary_masking=True,
     predictor_layers=3, predictor_hidden_size=64, predictor_heads=2, hidden_size=128, num_hidden_layers=3,
     num_attention_heads=4, intermediate_size=320, mlp_type="swiglu", norm_type="rmsnorm", embedding_init_std=0.5,
+    predictor_positions="encoder", absolute_positions=True, vocab_chunk_rows=512,
 )  # fmt: skip
 
 

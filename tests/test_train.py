@@ -539,7 +539,7 @@ def test_the_checkpoint_scorer_names_a_folder_that_is_not_a_run_checkpoint(tmp_p
     from crossbert_model.args import ConfigError
     from crossbert_model.shared_loss import shared_losses_for_checkpoint
 
-    with pytest.raises(ConfigError, match="config.yaml: not found"):
+    with pytest.raises(ConfigError, match=r"step_0000003: expected a checkpoint folder .*config.yaml, was not found"):
         shared_losses_for_checkpoint(tmp_path / "checkpoints" / "step_0000003")
 
 
