@@ -74,10 +74,16 @@ gpu-figure1-data: setup
 # Copy a sweep's outputs (results store xz-compressed, tables, plots, report; no checkpoints or feature cache) to results/
 # as a reference run: `make reference` (the main job) or `make reference SWEEP=sample_efficiency`.
 SWEEP ?= cpu_small
+# the optional files of a sweep folder its report reads (crossbert_eval/report/loading.py) and its verdict
+REPORT_INPUTS := encoder_reliance.jsonl unigram_entropies.jsonl skipped.jsonl summary.json
 reference:
 	mkdir -p results/$(SWEEP)
-	cd $(RUNS)/sweeps/$(SWEEP) && cp -r results tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl $(CURDIR)/results/$(SWEEP)/
+	cd $(RUNS)/sweeps/$(SWEEP) && cp -r results tables plots report.md report.html sweep.yaml plan.json checkpoints.jsonl timings.jsonl \
+	  $(abspath $(wildcard $(addprefix $(RUNS)/sweeps/$(SWEEP)/,$(REPORT_INPUTS)))) $(CURDIR)/results/$(SWEEP)/
 	rm -rf results/$(SWEEP)/results/claims   # a running sweep's state, not a result; so are its lock files:
+	# kept predictions serve only the paired bootstrap of one-seed comparisons: megabytes a committed reference of
+	# several seeds does not need (they stay in the sweep folder); KEEP_PREDICTIONS=1 keeps them
+	$(if $(KEEP_PREDICTIONS),,rm -rf results/$(SWEEP)/results/predictions)
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
