@@ -64,6 +64,7 @@ class ZooModel:
     pooling: str | None = None  # mean | cls | max; default: the sentence-transformers config, else mean
     # run the Python the model folder carries (auto_map) to load it: only for a folder you trust (recorded in its rows)
     trust_remote_code: bool = False
+    made_by: str | None = None  # the command that makes this model where it is missing (said when it is)
 
 
 @dataclass
@@ -229,8 +230,9 @@ def preflight(cfg: ZooConfig) -> None:
     id) and has a pooling, and every mteb task exists, before anything is written."""
     from crossbert_eval.encoders import HUB_ID, hub_offline, resolve_model
 
+    problems = []  # every entry that cannot run, all named at once: one fix-and-rerun, not one per entry
     for i, entry in enumerate(cfg.models):
-        where = f"zoo models[{i}] ({entry_name(entry)})"
+        where = f"models[{i}] ({entry_name(entry)})"
         local = entry.model == "minilm" or Path(entry.model).exists()
         try:
             if local or hub_offline():
@@ -240,7 +242,9 @@ def preflight(cfg: ZooConfig) -> None:
             elif HUB_ID.match(entry.model) is None:
                 resolve_model(entry.model)  # raises its one-line 'no such folder' message
         except CrossbertError as e:
-            raise ZooError(f"{where}: {e}") from None
+            problems.append(f"{where}: {e}" + (f"; made by: {entry.made_by}" if entry.made_by else ""))
+    if problems:
+        raise ZooError(f"zoo {cfg.name}: {len(problems)} of {len(cfg.models)} models cannot run: " + " | ".join(problems))
     if cfg.mteb_tasks:
         from crossbert_eval.mteb_benchmark import resolve_mteb_tasks
 

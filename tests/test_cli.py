@@ -136,6 +136,12 @@ def _nano_model(tmp_path: Path, **config) -> str:
     return str(folder)
 
 
+def _zoo_of(tmp_path: Path, entries: list[str]) -> Path:
+    path = tmp_path / "zoo.yaml"
+    path.write_text("name: z\nprobe_tasks: [TREC]\nmteb_tasks: []\ngeometry_tasks: []\nmodels:\n" + "".join(f"  - {e}\n" for e in entries))
+    return path
+
+
 def _nan_model(tmp_path: Path) -> str:
     """A nano checkpoint one of whose weights is NaN (a diverged run's last save)."""
     from safetensors.torch import load_file, save_file
@@ -309,6 +315,10 @@ CASES = {
         untouched=("r", "f", "code-ran")),
     "an optimizer state carrying a payload, resumed": Case(
         _run_with_payload_optimizer, ["no usable checkpoint to resume from", "damaged"], untouched=("code-ran",)),
+    "zoo with several missing models": Case(
+        lambda t, c: ["zoo", str(_zoo_of(t, ["{model: minilm}", f"{{model: {t}/gone1, made_by: make gone1}}", f"{{model: {t}/gone2}}"])),
+                      f"out_dir={t / 'zoo'}"],
+        ["2 of 3 models cannot run", "models[1]", "gone1", "made by: make gone1", "models[2]", "gone2"], untouched=("zoo",)),
     "NaN weights, probed": Case(lambda t, c: _probe_argv(t, _nan_model(t)), ["/nano", "hold NaN or Inf", "refused"],
                                 untouched=("r", "f")),
     "NaN weights, exported": Case(lambda t, c: ["export", _nan_model(t), str(t / "exported")],
