@@ -70,7 +70,9 @@ class TensorBoardTracker:
 
     def log(self, row: dict) -> None:
         for key, value in scalars(row).items():
-            self.writer.add_scalar(key, value, row["step"], new_style=True, double_precision=True)
+            # classic scalar summaries (float32): what TensorBoard's scalar dashboard and EventAccumulator.Scalars read;
+            # metrics.jsonl keeps the doubles
+            self.writer.add_scalar(key, value, row["step"])
 
     def close(self, failed: bool = False) -> None:
         self.writer.close()

@@ -8,9 +8,9 @@ import sys
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
-from tensorboard.util.tensor_util import make_ndarray
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from crossbert_eval.cli import main
 from crossbert_eval.sweep import SweepConfig, plan_runs
@@ -34,10 +34,15 @@ def metrics_by_tag(run_dir: Path) -> dict[str, dict[int, float]]:
 
 
 def tensorboard_by_tag(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """The run folder's event files as TensorBoard loads them: {tag: [(step, value), ...]} in file order."""
-    events = EventAccumulator(str(run_dir), size_guidance={TENSORS: 0})  # 0: keep every event, no sampling
+    """The run folder's event files as TensorBoard's scalar dashboard loads them: {tag: [(step, value), ...]} in file order."""
+    events = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})  # 0: keep every event, no sampling
     events.Reload()
-    return {tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)] for tag in events.Tags()[TENSORS]}
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()[SCALARS]}
+
+
+def as_float32(metrics: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
+    """metrics.jsonl's doubles as a TensorBoard scalar holds them (float32)."""
+    return {tag: {step: float(np.float32(v)) for step, v in points.items()} for tag, points in metrics.items()}
 
 
 def test_tensorboard_events_hold_every_scalar_of_metrics_jsonl(corpus_args, tmp_path):
@@ -45,7 +50,7 @@ def test_tensorboard_events_hold_every_scalar_of_metrics_jsonl(corpus_args, tmp_
     expected = metrics_by_tag(run_dir)
     assert {"loss", "lr", "grad_norm", "corpus_tokens_per_s", "mfu", "val_loss", "shared_loss_r15", "unigram_entropy_val"} <= set(expected)
     shown = tensorboard_by_tag(run_dir)
-    assert {tag: dict(points) for tag, points in shown.items()} == expected  # same names, steps, values (doubles)
+    assert {tag: dict(points) for tag, points in shown.items()} == as_float32(expected)  # same names, steps, values
     assert all(len(points) == len({s for s, _ in points}) for points in shown.values())  # each step once
 
 
@@ -56,7 +61,7 @@ def test_a_resumed_run_shows_each_step_once_with_the_values_metrics_jsonl_keeps(
     shutil.rmtree(dict(list_checkpoints(cfg.run_dir))[6])  # as if killed before its last save: resumed at step 3
     train(cfg)
     shown = tensorboard_by_tag(cfg.run_dir)
-    assert {tag: dict(points) for tag, points in shown.items()} == metrics_by_tag(cfg.run_dir)
+    assert {tag: dict(points) for tag, points in shown.items()} == as_float32(metrics_by_tag(cfg.run_dir))
     assert [s for s, _ in shown["loss"]] == [1, 2, 3, 4, 5, 6]  # no step twice, none missing, in order
     assert [v for _, v in shown["loss"]] == [v for _, v in before["loss"]]  # steps are pure functions of (seed, step)
     assert len(list(cfg.run_dir.glob("events.out.tfevents.*"))) == 1  # the interrupted process's file was replaced
