@@ -192,6 +192,9 @@ class CrossBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "encoder"
     supports_gradient_checkpointing = False
     _no_split_modules = ["Block", "PredictorBlock"]
+    # A checkpoint holds the pre-training head or predictor beside the encoder: loading the encoder alone (AutoModel,
+    # the frozen features) leaves them out on purpose, not as a surprise to report.
+    _keys_to_ignore_on_load_unexpected = [r"^head\.", r"^predictor\."]
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """Recompute every block's activations in the backward (True) or keep them (False)."""

@@ -302,3 +302,22 @@ def test_embedding_init_std_draws_only_the_embeddings_larger(objective, tmp_path
             assert torch.equal(a, b), name
     wide.save_pretrained(tmp_path)
     assert AutoConfig.from_pretrained(tmp_path, local_files_only=True).embedding_init_std == 1.0
+
+
+@pytest.mark.parametrize("objective", ["mlm", "crossbert"])
+def test_the_encoder_of_a_pretraining_checkpoint_loads_without_an_unexpected_keys_report(tmp_path, objective, capsys, caplog):
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    build(objective, 512).save_pretrained(tmp_path)
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            encoder = AutoModel.from_pretrained(tmp_path)
+    finally:
+        hf_logging.disable_propagation()
+    assert type(encoder).__name__ == "CrossBertModel"
+    said = caplog.text + capsys.readouterr().err
+    assert "UNEXPECTED" not in said and "MISSING" not in said, said
