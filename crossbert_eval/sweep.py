@@ -34,6 +34,7 @@ from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.config import PRESETS
 from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
+from crossbert_model.logs import duration
 from crossbert_model.train import unigram_entropies_for_run
 from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
 from crossbert_model.errors import CrossbertError, report_crashes_in
@@ -52,7 +53,7 @@ from crossbert_model.utils import (
 
 from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
 from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, SKIPPED_FILE, UNIGRAM_FILE
-from .wall_budget import RunCost, WallBudget
+from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds
 
 log = logging.getLogger("crossbert.sweep")
 
@@ -441,6 +442,16 @@ class Sweep:
         hidden = model_config(run.train.model, run.train.data).hidden_size
         return RunCost(run.key, flops, min(done / run.train.steps, 1.0), hidden)
 
+    def work_left(self) -> str:
+        """', about T of work left': the runs not complete, at the rates this sweep has measured (one worker's time;
+        several workers share it); '' before any run was timed."""
+        costs = {r.key: self.run_cost(r) for r in self.runs}
+        rates = measured_rates(read_jsonl(self.root / TIMINGS_FILE), costs)
+        if rates is None:
+            return ""
+        left = sum(predicted_seconds(costs[r.key], rates) for r in self.pending()) / PREDICTION_MARGIN
+        return f", about {duration(left)} of work left at the measured rates"
+
     def fits_budget(self, run: RunSpec) -> bool:
         """Whether `run` is predicted to end inside the wall budget (always, without one); a run that is not is
         skipped by this worker and recorded in SKIPPED_FILE with the prediction."""
@@ -464,8 +475,8 @@ class Sweep:
         status = self.claims.claim(run.key, is_done=lambda: self.is_complete(run))
         if status != CLAIMED:
             return status
-        log.info("sweep %s: %s claimed by pid %d (%d of %d runs complete)", self.cfg.name, run.key, os.getpid(),
-                 len(self.runs) - len(self.pending()), len(self.runs))  # fmt: skip
+        log.info("sweep %s: %s claimed by pid %d (%d of %d runs complete%s)", self.cfg.name, run.key, os.getpid(),
+                 len(self.runs) - len(self.pending()), len(self.runs), self.work_left())  # fmt: skip
         with self.claims.held(run.key, heartbeat_s=self.cfg.claim_lease_s / 10):
             self.train_run(run)
             self.evaluate_run(run)

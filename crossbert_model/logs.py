@@ -31,3 +31,13 @@ def setup_logging(level: int = logging.INFO, stream=None) -> None:
     handler = ProgressBarSafeHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
+
+
+def duration(seconds: float) -> str:
+    """12s, 4m05s, 2h03m: a time left, to read at a glance."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -60,6 +60,7 @@ from .checkpoint import (
 from .claims import exclusive_folder
 from .config import CrossBertConfig
 from .data import CorpusData, EpochSampler, corpus_location, prepare_data, unigram_counts
+from .logs import duration
 from .hardware import matmul_flops, resolve_precision, torch_autocast_dtype
 from .masking import MASKING_SCHEME, RowRandom, target_ids
 from .model import Block, PredictorBlock
@@ -260,6 +261,10 @@ def prepared_ahead(make: Callable[[int], dict], steps: Iterable[int], depth: int
             batch = pending.popleft().result()
             pending.extend(pool.submit(make, s) for s in itertools.islice(steps, 1))
             yield batch
+
+
+# Without a terminal (a log file, a sweep worker), a progress line at least this often (seconds), on a logged step.
+PROGRESS_LINE_S = 30.0
 
 
 class Trainer:
@@ -619,7 +624,7 @@ class Trainer:
             initial = self.evaluate()  # the untrained model: where the validation curve starts
             if initial and env.is_main:
                 self._record({"step": 0, "corpus_tokens": 0, **initial})
-        window_start, window_tokens = time.perf_counter(), 0
+        window_start, window_tokens, last_line = time.perf_counter(), 0, time.monotonic()
         progress_every = max(cfg.log_every, (self.total_steps // 20) // cfg.log_every * cfg.log_every)
         for step, batch in zip(range(self.start_step, self.total_steps), self.host_batches(self.start_step)):
             done = step + 1
@@ -646,8 +651,12 @@ class Trainer:
                 }
                 window_start, window_tokens = time.perf_counter(), 0
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{row['mfu']:.1%}")
-                if bar.disable and env.is_main and done % progress_every == 0:  # no terminal: log lines instead
-                    log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%%", done, self.total_steps, out["loss"], out["lr"], f"{tps:,.0f}", 100 * row["mfu"])
+                # no terminal: log lines instead of the bar, every progress_every steps and at least every PROGRESS_LINE_S
+                if bar.disable and env.is_main and (done % progress_every == 0 or time.monotonic() - last_line >= PROGRESS_LINE_S):
+                    left = (self.total_steps - done) * cfg.batch_size * cfg.data.seq_len / max(tps, 1e-9)
+                    log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%% ETA %s", done, self.total_steps, out["loss"], out["lr"],
+                             f"{tps:,.0f}", 100 * row["mfu"], duration(left))  # fmt: skip
+                    last_line = time.monotonic()
             # every checkpoint carries its validation loss (the sweep tables join probe scores with it)
             val = self.evaluate() if evaluate else {}
             if val:

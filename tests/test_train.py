@@ -624,3 +624,18 @@ def test_a_run_records_the_unigram_entropies_of_the_targets_its_losses_score(cor
     assert state["metrics"]["unigram_entropy_r30"] == recorded["unigram_entropy_r30"]
     # a run trained before they were recorded gets the same numbers from its checkpoint folder
     assert unigram_entropies_for_checkpoint(path) == pytest.approx({k: recorded[k] for k in keys}, rel=1e-12)
+
+
+def test_a_run_without_a_terminal_logs_progress_lines_with_the_time_left(corpus_args, tmp_path, caplog, monkeypatch):
+    import logging
+
+    from crossbert_model import train as train_module
+    from crossbert_model.logs import duration
+
+    monkeypatch.setattr(train_module, "PROGRESS_LINE_S", 0.0)  # a line at every logged step
+    with caplog.at_level(logging.INFO, logger="crossbert.train"):
+        train(tiny_train_config(corpus_args, tmp_path, "mlm"))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert len(lines) == 6 and all(re.search(r" tok/s MFU [\d.]+% ETA \d+s$", line) for line in lines), lines
+    assert lines[-1].endswith("ETA 0s")  # nothing left after the last step
+    assert [duration(s) for s in (0, 59.4, 61, 3600 * 2 + 180)] == ["0s", "59s", "1m01s", "2h03m"]
