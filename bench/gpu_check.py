@@ -3,8 +3,8 @@
     PYTHONPATH=. python3 bench/gpu_check.py --corpus PATH/wiki_000.jsonl.xz --out results/gpu/h200  # one GPU, ~6 min
     python bench/gpu_check.py --smoke --out runs/bench/gpu_check_cpu                               # CPU, tiny shapes
 
-Only torch, transformers and numpy are needed (what the lent GPU machine has; nothing is installed
-there). A lent GPU is 15 minutes in all, so the script is built not to lose its answer:
+Only torch, transformers and numpy are needed (nothing else need be installed on the machine with the GPU).
+A GPU session may be short, so the script is built not to lose its answer:
 
   * every measurement is one row, appended to `gpu_check.jsonl` (flushed and synced) and printed as one
     flushed line the moment it is measured; a row that raises is recorded as an error row and the
@@ -32,14 +32,14 @@ What it measures:
   * a 300-step run of each objective from scratch on the local corpus, loss falling;
   * frozen feature extraction sentences/s; GPU clocks, temperature and power before and after.
 
-Goals (issue 13/24), judged for eager and for compiled rows, each against the baseline it names: flat
+Goals, judged for eager and for compiled rows, each against the baseline it names: flat
 MLM MFU >= 40% of the datasheet peak at base; flat MLM >= 1.3x HF BertForMaskedLM (same mode);
 CrossBERT r=0.5 CMS >= 1.5x flat MLM in sequence tokens/s (its corpus-token ratio beside it).
 
-On the device machine (no shared data there) carry a corpus file:
+On a machine with a GPU that has no copy of the data root, copy a corpus file beside the checkout first:
     mkdir -p runs/gpu_corpus && cp ../shared/data/wikipedia_en_2015/wiki_000.jsonl.xz runs/gpu_corpus/
-    run(command="PYTHONUNBUFFERED=1 PYTHONPATH=. timeout -s TERM 450 python3 bench/gpu_check.py
-        --corpus runs/gpu_corpus/wiki_000.jsonl.xz --out $OUT", carry=["runs/gpu_corpus"], timeout_s=500)
+    PYTHONUNBUFFERED=1 PYTHONPATH=. timeout -s TERM 450 python3 bench/gpu_check.py \
+        --corpus runs/gpu_corpus/wiki_000.jsonl.xz --out OUT_DIR
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Host packing of one rank batch (masks, packing, loss normaliser), before and after issue 24 item 3.
+"""Host packing of one rank batch (masks, packing, loss normaliser), before and after the per-row masks.
 
     python bench/host_packing.py [--rows 64] [--seq-len 512] [--world 8] [--rounds 30] [--baseline-rev 1eb3d07]
 
@@ -50,7 +50,7 @@ OBJECTIVES = with_every_objective({
     "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
     "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
 })
-GOAL_MS = 3.0  # issue 24: at most 3 ms per 64 x 512 rank batch on one core
+GOAL_MS = 3.0  # the goal: at most 3 ms per 64 x 512 rank batch on one core
 
 
 def masking_at(rev: str):
@@ -64,7 +64,7 @@ def masking_at(rev: str):
 
 
 def before_generator(seed: int, step: int) -> torch.Generator:
-    """train.step_generator before issue 24: one torch generator per step, for the whole global batch."""
+    """train.step_generator before the per-row masks: one torch generator per step, for the whole global batch."""
     state = int(np.random.SeedSequence([seed, 0, step]).generate_state(1, dtype=np.uint64)[0] >> 1)
     return torch.Generator().manual_seed(state)
 
@@ -125,7 +125,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--world", type=int, default=8, help="ranks of the global batch for `before_world`")
     p.add_argument("--rounds", type=int, default=30)
-    p.add_argument("--baseline-rev", default="1eb3d07", help="git revision of the `before` masking.py (before issue 24)")
+    p.add_argument("--baseline-rev", default="1eb3d07", help="git revision of the `before` masking.py (before the per-row masks)")
     p.add_argument("--out", default="runs/bench")
     args = p.parse_args()
     setup()

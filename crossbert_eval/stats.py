@@ -1,6 +1,6 @@
 """Which differences a report calls real: the test, its error rate and the correction for many comparisons.
 
-The decisions (issue 21), named once here and printed in every report's methods paragraph:
+The decisions, named once here and printed in every report's methods paragraph:
 
 * **Over seeds: Welch's two-sided t-test** (unequal variances) of the per-seed scores of the two sides, at
   ALPHA. A sweep has 2-3 seeds per side. An exact permutation test over 3 + 3 seeds has only C(6, 3) = 20

@@ -2,7 +2,7 @@
 
 Log records go out through `tqdm.write`, which lifts the progress bars drawn on the same stream, prints the
 line, and draws the bars again below it: a log line never lands in the middle of a bar, and a bar is never
-left half-drawn above a log line (plain logging.StreamHandler did both: issue 25).
+left half-drawn above a log line (plain logging.StreamHandler did both).
 """
 
 from __future__ import annotations

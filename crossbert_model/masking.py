@@ -29,7 +29,7 @@ import torch
 from .config import cms_num_views
 
 # Which recipe drew the training masks, recorded in every checkpoint (a resume refuses another one):
-# 1 = one torch generator per step over the whole global batch (before issue 24); 2 = `RowRandom`.
+# 1 = one torch generator per step over the whole global batch; 2 = `RowRandom`.
 MASKING_SCHEME = 2
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's counter increment (the golden ratio in 64 bits)

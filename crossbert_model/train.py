@@ -217,7 +217,7 @@ def check_masking_scheme(path: Path, trainer_state: dict) -> None:
     if saved != MASKING_SCHEME:
         raise ConfigError(
             f"{path}: its run drew masks with masking scheme {saved}, this version draws scheme {MASKING_SCHEME} "
-            f"(masks of rows drawn per row; issue 24), so a resume would not continue the same run: finish it with the "
+            f"(masks of rows drawn per row), so a resume would not continue the same run: finish it with the "
             f"revision that started it (git_revision {trainer_state.get('git_revision', '?')}) or start a new run (another name=)"
         )
 

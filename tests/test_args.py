@@ -32,7 +32,7 @@ def test_an_unknown_key_carries_where_the_keys_in_order_and_the_valid_ones():
     with pytest.raises(UnknownKeys) as e:
         from_dict(Outer, {"name": "a", "inner": {"path": "p", "zize": 2, "aa": 1}})
     assert (e.value.where, e.value.keys, e.value.valid) == ("inner", ["zize", "aa"], ["path", "size"])
-    # a key close to a valid one names it (issue 25: "did you mean")
+    # a key close to a valid one names it ("did you mean")
     assert str(e.value) == "unknown config key(s) inner.aa, inner.zize (did you mean size?); valid keys under inner: path, size"
 
 

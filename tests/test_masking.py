@@ -214,7 +214,7 @@ def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(r
     assert torch.equal(torch.bincount(targets, minlength=2048), torch.bincount(expected, minlength=2048))
 
 
-# -- per-row randomness: each process draws its own rows (issue 24) ----------------------------------------
+# -- per-row randomness: each process draws its own rows ----------------------------------------
 
 SPECS = {
     "mlm15": dict(objective="mlm", mask_ratio=0.15),

@@ -238,7 +238,7 @@ def test_an_untrained_models_shared_loss_is_near_ln_vocab(real_batch, objective)
         assert float(loss_sum) / count == pytest.approx(math.log(2048), abs=0.1)
 
 
-# -- activation checkpointing and compilation per block (issue 24 item 4) ---------------------------------------
+# -- activation checkpointing and compilation per block ---------------------------------------
 
 
 @pytest.mark.parametrize("objective", cm.objective_names())

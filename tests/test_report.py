@@ -596,7 +596,7 @@ def test_the_page_title_and_the_empty_comparison_line_are_parameters():
     assert markdown.plot_section([plot]) == ["![collapse](plots/collapse.png)\n\n*collapse: error bars: none*\n"]
 
 
-# -- a report a person reads (issue 25): a real Markdown renderer, plots first, one vocabulary ---------------------
+# -- a report a person reads: a real Markdown renderer, plots first, one vocabulary ---------------------
 
 from crossbert_eval.report import vocabulary  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The report in a real browser (issue 25): headless Chromium opens the HTML page `crossbert report` writes for a
+"""The report in a real browser: headless Chromium opens the HTML page `crossbert report` writes for a
 small real results store, and the first screen shows a plot, not a table.
 
 The check reads the screenshot's pixels: a plot draws coloured lines (the palette's blues, oranges, reds), while

@@ -361,7 +361,7 @@ def test_a_duplicate_name_makes_that_name_broken_not_the_others(tasks_with_broke
 
 
 # ------------------------------------------------------------------------------------------------
-# The sets of issue 14: what MANIFEST.md says beyond the split counts
+# The sets of tasks the data root holds: what MANIFEST.md says beyond the split counts
 # ------------------------------------------------------------------------------------------------
 
 

@@ -145,7 +145,7 @@ def render_sweep_markdown(
            "A model that knows token frequencies and nothing else scores the unigram entropy of the targets "
            "(crossbert_model/plateau.py: add-one-smoothed unigram counts of the run's training sequences). A run is off the "
            f"plateau when its shared-protocol loss at its own training ratio is at least {PLATEAU_MARGIN:g} nats below the "
-           "unigram entropy of the same targets (issue 20); a comparison that involves a run on the plateau gives no verdict "
+           "unigram entropy of the same targets; a comparison that involves a run on the plateau gives no verdict "
            "below (`not comparable`). `unknown`: the run recorded no unigram entropy (runs trained before it was recorded: "
            "`crossbert plateau SWEEP_DIR` fills it in).", "", markdown_table(plateau, floatfmt="{:.3f}"), ""]
           if len(plateau) else []),  # fmt: skip

@@ -1,4 +1,4 @@
-"""A CLI that teaches itself (issue 25, item 4): config keys in `train --help`, `--print-config`, "did you mean",
+"""A CLI that teaches itself: config keys in `train --help`, `--print-config`, "did you mean",
 bare hub ids, `probe --max-train` with intervals in the printed table, `tasks` with its data root, log lines
 that leave progress bars whole. Each test names the break it catches."""
 

@@ -1,4 +1,4 @@
-"""The training step an accelerator runs without waiting for the device (issue 13).
+"""The training step an accelerator runs without waiting for the device.
 
 Two views of "no host-device synchronisation": the models' forward and backward run on the `meta`
 device, where any data-dependent operation (`.item()`, `bool(tensor)`, boolean indexing, a shape read
