@@ -84,6 +84,7 @@ reference:
 	# kept predictions serve only the paired bootstrap of one-seed comparisons: megabytes a committed reference of
 	# several seeds does not need (they stay in the sweep folder); KEEP_PREDICTIONS=1 keeps them
 	$(if $(KEEP_PREDICTIONS),,rm -rf results/$(SWEEP)/results/predictions)
+	rm -f results/$(SWEEP)/tables/*.parquet   # the CSV tables are the committed data; a report rebuild writes both again
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
