@@ -48,7 +48,7 @@ endef
 predictor-positions: setup
 	$(call sweep_workers,configs/sweep/predictor_positions.yaml)
 
-# The first scaling step: nano, tiny, mini x flat MLM and CrossBERT (the chosen route, one draw) x 3 seeds x 8.0M tokens
+# The first scaling step: nano, tiny, mini x flat MLM and CrossBERT (rotary predictor, std-1.0 draw) x 3 seeds x 8.0M tokens
 # (results/cpu_width_ladder/README.md gives the time per stage).
 width-ladder: setup
 	$(call sweep_workers,configs/sweep/cpu_width_ladder.yaml)
