@@ -373,6 +373,14 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
         )
 
 
+def folder_read_errors() -> tuple[type[BaseException], ...]:
+    """What transformers and huggingface_hub raise on a damaged or edited config.json / tokenizer file: the folder's
+    fault, said in one line (huggingface_hub's strict-dataclass validation errors are no ValueError)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return (OSError, ValueError, TypeError, KeyError, StrictDataclassError)
+
+
 # Layer indices in weight names (BERT's encoder.layer.N., our encoder.layers.N., GPT's h.N., ...).
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
 
@@ -401,7 +409,7 @@ def check_config_matches_weights(folder: Path, trust_remote_code: bool) -> None:
     where = folder / "config.json"
     try:
         config = from_pretrained(AutoConfig, folder, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError, KeyError) as e:
+    except folder_read_errors() as e:
         raise EncoderError(f"{where}: not a usable model config ({one_line(str(e))[:200]})") from None
     layers_in_weights = len({m.group(1) for name in shapes for m in [LAYER_INDEX.search(name)] if m})
     declared = getattr(config, "num_hidden_layers", None)
@@ -449,8 +457,8 @@ class FrozenEncoder:
         check_weights(source.folder, allow_pickle)
         try:
             tokenizer = from_pretrained(AutoTokenizer, source.folder, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError, TypeError, KeyError) as e:  # a damaged tokenizer or config.json: the folder's fault
-            raise EncoderError(f"{source.folder}: no usable tokenizer ({e})") from None
+        except folder_read_errors() as e:  # a damaged tokenizer or config.json: the folder's fault
+            raise EncoderError(f"{source.folder}: no usable tokenizer ({one_line(str(e))[:300]})") from None
         max_length = fitted_max_length(source, tokenizer, max_length, own_length)
         check_config_matches_weights(source.folder, trust_remote_code)
         try:
@@ -463,7 +471,7 @@ class FrozenEncoder:
                                f"{f' ({blocked.group(1)})' if blocked else ''}: refused even with --allow-pickle, which reads "
                                "tensors only; convert the weights to safetensors where they come from") from None
         except (OSError, ValueError) as e:
-            raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({e})") from None
+            raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({one_line(str(e))[:300]})") from None
         if source.kind == "crossbert":
             check_tokenizer_matches(model.config, tokenizer, str(source.folder))
         check_finite_weights(model.state_dict().items(), str(source.folder))  # NaN features would follow, and be cached

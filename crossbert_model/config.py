@@ -81,6 +81,12 @@ class CrossBertConfig(PretrainedConfig):
         for name, value in sizes.items():  # None: the default shape (intermediate and predictor sizes)
             if value is not None or name in SHAPE_FIELDS:
                 _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer", value)
+        for name, value in {"pad_token_id": pad_token_id, "mask_token_id": mask_token_id, "cls_token_id": cls_token_id,
+                            "sep_token_id": sep_token_id}.items():  # fmt: skip
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
+            _require(ok, name, f"a token id in [0, {vocab_size})", value)
+        _require(isinstance(num_special_tokens, int) and not isinstance(num_special_tokens, bool) and 0 <= num_special_tokens <= vocab_size,
+                 "num_special_tokens", "an integer from 0 to vocab_size", num_special_tokens)
         if vocab_chunk_rows is not None:
             ok = isinstance(vocab_chunk_rows, int) and not isinstance(vocab_chunk_rows, bool) and vocab_chunk_rows > 0
             _require(ok, "vocab_chunk_rows", "a positive integer or null", vocab_chunk_rows)

@@ -226,6 +226,9 @@ def read_task_spec(path: Path) -> TaskSpec:
         raise TaskError(f"{path}: a pair task needs columns.text_pair")
     if spec.target == "class" and spec.labels is None:
         raise TaskError(f"{path}: a class task needs `labels` (a list, a mapping, or infer); without labels it cannot be probed")
+    evaluated = spec.eval_splits
+    if not evaluated or not all(isinstance(s, str) and s for s in evaluated):
+        raise TaskError(f"{path}: eval_split must be a split name or a non-empty list of them, got {spec.eval_split!r}")
     _check_inside_root(spec, path)
     _check_train_apart(spec, path)
     return spec
