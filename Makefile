@@ -88,9 +88,9 @@ reference:
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
-# The test suite CI runs: everything but the `slow` tier (768 tests: 767 passed, 1 skipped in 676 s by pytest on the
-# 2-core EPYC with one sweep worker beside it, 2026-12-06; 698 tests took 271 s idle on 2026-12-05; expensive
-# fixtures are built once per run, report tests draw only the plots they check).
+# The test suite CI runs: everything but the `slow` tier (768 tests: 767 passed, 1 skipped in 617 s by pytest on the
+# idle 2-core EPYC without native bf16, 2026-12-06; 698 tests took 271 s on 2026-12-05 on a CPU with native bf16;
+# expensive fixtures are built once per run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup
