@@ -4,7 +4,7 @@
     python bench/gpu_check.py --smoke --out runs/bench/gpu_check_cpu                               # CPU, tiny shapes
 
 Only torch, transformers and numpy are needed (nothing else need be installed on the machine with the GPU).
-A GPU session may be short, so the script is built not to lose its answer:
+Time on a GPU machine may be short, so the script is built not to lose its answer:
 
   * every measurement is one row, appended to `gpu_check.jsonl` (flushed and synced) and printed as one
     flushed line the moment it is measured; a row that raises is recorded as an error row and the

@@ -1,5 +1,5 @@
-"""bench/gpu_check.py, the one prepared GPU script, runs on the CPU at tiny shapes (the lent GPU machine
-gets exactly this code): every row is written the moment it is measured, a row that raises becomes an
+"""bench/gpu_check.py, the one prepared GPU script, runs on the CPU at tiny shapes (a machine with a GPU
+runs exactly this code): every row is written the moment it is measured, a row that raises becomes an
 error row and the rest go on, and a run killed half-way keeps every finished row."""
 
 import json
