@@ -135,7 +135,7 @@ def args_dtype(amp) -> str:
 
 
 def print_table(rows: list[dict]) -> str:
-    head = f"| preset | dtype | contender | views | seq tok/s | corpus tok/s | predicted tok/s | MFU | vs HF BertForMaskedLM | vs our flat MLM |"
+    head = "| preset | dtype | contender | views | seq tok/s | corpus tok/s | predicted tok/s | MFU | vs HF BertForMaskedLM | vs our flat MLM |"
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         lines.append(

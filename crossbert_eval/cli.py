@@ -10,6 +10,7 @@
     crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report; started
                                                again (here or on machines sharing the folder), workers split it
     crossbert sweep CONFIG --submitit          a cluster job per run through submitit (SLURM; submitit.* keys)
+    crossbert sweep CONFIG --limit N           a smoke test: every stage, a few steps, N examples per probe split
     crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
     crossbert report PATH                      tables, plots and report of a sweep, a zoo or any results folder
     crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
@@ -36,9 +37,10 @@ NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "urllib3", "datasets", "mteb"
 
 def _train(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
-    from crossbert_model.train_config import TrainConfig
+    from crossbert_model.train_config import TrainConfig, validate_config
 
     cfg = load_config(TrainConfig, args.config, args.overrides)
+    validate_config(cfg)  # here, before the trainer's imports: a mistyped preset or value is answered in a second
     if args.print_config:
         print(resolved_config_text(cfg))
         return
@@ -53,9 +55,8 @@ def resolved_config_text(cfg) -> str:
     from crossbert_model.args import dump_yaml
     from crossbert_model.config import format_count
     from crossbert_model.objectives import describe
-    from crossbert_model.train_config import model_config, validate_config
+    from crossbert_model.train_config import model_config
 
-    validate_config(cfg)
     d = describe(model_config(cfg.model, cfg.data), cfg.data.seq_len)
     steps = f"{cfg.total_steps()} (from max_tokens={cfg.max_tokens:,})" if cfg.max_tokens else str(cfg.total_steps())
     predictor = f", predictor {format_count(d['params_predictor'])}" if d["params_predictor"] else ""
@@ -71,7 +72,8 @@ def resolved_config_text(cfg) -> str:
 
 
 def _presets(args: argparse.Namespace) -> None:
-    from crossbert_model.config import PRESETS, format_count
+    from crossbert_model.config import format_count
+    from crossbert_model.presets import PRESETS
     from crossbert_model.data import DataArgs
     from crossbert_model.objectives import describe, objective_names
     from crossbert_model.train_config import ModelArgs, model_config
@@ -150,7 +152,17 @@ def check_names_early(args: argparse.Namespace) -> None:
     from crossbert_model.args import close_matches
     from crossbert_model.errors import CrossbertError
 
-    if args.command in ("probe", "geometry"):
+    if args.command == "baselines" and not args.tasks and not folder_probe_config(Path(args.folder)).get("probe_tasks"):
+        raise CrossbertError(f"--tasks: {args.folder} is not a sweep or zoo folder with probe_tasks; name the tasks (comma-separated)")
+    if args.command == "probe":
+        from crossbert_model.defaults import PROBES
+
+        for name in _csv(args.probe):
+            if name not in PROBES:
+                hint = close_matches(name, PROBES)
+                raise CrossbertError(f"--probe {name}: expected one or more of {', '.join(PROBES)} (comma-separated)"
+                                     + (f"; did you mean {' or '.join(hint)}?" if hint else ""))  # fmt: skip
+    if args.command in ("probe", "geometry") or (args.command == "baselines" and args.tasks):
         from crossbert_eval.tasks import resolve_tasks
 
         resolve_tasks(_csv(args.tasks))
@@ -218,11 +230,32 @@ def _geometry(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def _mteb_layers(args: argparse.Namespace) -> str | list[int]:
+    """`crossbert mteb --layers` (or --layer, its deprecated alias for one release), parsed once here by the parser
+    `crossbert probe --layers` uses (crossbert_eval.encoders.parse_layers)."""
+    from crossbert_model.errors import CrossbertError
+    from crossbert_eval.encoders import EncoderError, parse_layers
+
+    if args.layer is not None and args.layers is not None:
+        raise CrossbertError(f"--layer {args.layer} and --layers {args.layers}: give --layers only "
+                             "(--layer is its deprecated alias)")  # fmt: skip
+    option, spec = ("--layers", "last" if args.layers is None else args.layers) if args.layer is None else ("--layer", args.layer)
+    try:
+        layers = parse_layers(spec)
+    except EncoderError as e:
+        raise CrossbertError(f"{option}: {e}") from None
+    if args.layer is not None:  # after the check: a refused spec stays one line
+        logging.getLogger(__name__).warning("--layer is deprecated and goes in the next release: use --layers %s (same grammar)",
+                                            args.layer)  # fmt: skip
+    return layers
+
+
 def _mteb(args: argparse.Namespace) -> None:
+    layers = _mteb_layers(args)  # before mteb is imported or a model loaded
     from crossbert_eval.mteb_runner import run_mteb
 
     rows, table = run_mteb(
-        args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layer=args.layer, pooling=args.pooling,
+        args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layers=layers, pooling=args.pooling,
         out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
         batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=_resolved_root(args),
         dtype=args.dtype, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
@@ -235,7 +268,8 @@ def _sweep(args: argparse.Namespace) -> None:
     from crossbert_eval.sweep import SweepConfig, run_sweep
 
     budget = [f"budget_s={args.budget_s}"] if args.budget_s is not None else []
-    cfg = load_config(SweepConfig, args.config, [*args.overrides, *budget])
+    limit = [f"limit={args.limit}"] if args.limit is not None else []
+    cfg = load_config(SweepConfig, args.config, [*args.overrides, *budget, *limit])
     if args.submitit:
         from crossbert_eval.launcher import submit_sweep  # here: only --submitit needs submitit
 
@@ -244,6 +278,8 @@ def _sweep(args: argparse.Namespace) -> None:
         root = run_sweep(cfg)
     report = root / "report.md"
     print(f"report: {report}" if report.is_file() else f"{root}: no scores (no probe, geometry or mteb task); no report written")
+    if cfg.limit is not None:
+        print(f"a smoke test (--limit {cfg.limit}): its numbers mean nothing")
 
 
 def _zoo(args: argparse.Namespace) -> None:
@@ -292,6 +328,36 @@ def _report(args: argparse.Namespace) -> None:
 
     report = build_report(args.sweep_dir)
     print(f"report: {report}" if report else f"{args.sweep_dir}: no scores yet; nothing written")
+
+
+def _baselines(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from crossbert_eval.baselines import BaselineSettings, run_baselines
+    from crossbert_eval.report.loading import load_baselines
+    from crossbert_eval.report.markdown import markdown_table
+    from crossbert_eval.tasks import resolve_tasks
+
+    folder = Path(args.folder)
+    config = folder_probe_config(folder)
+    tasks = _csv(args.tasks) if args.tasks else config["probe_tasks"]  # one or the other: check_names_early
+    cap = args.max_train if args.max_train is not None else config.get("max_probe_train")
+    run_baselines(resolve_tasks(tasks), folder, BaselineSettings(data_root=_resolved_root(args), max_train=cap))
+    table = load_baselines(folder)
+    print(markdown_table(table[table["task"].isin(tasks)]))
+    print(f"baselines: {folder}/baselines (`crossbert report {folder}` draws them)")
+
+
+def folder_probe_config(folder) -> dict:
+    """The probe settings a sweep or zoo folder was made with (its sweep.yaml / zoo.yaml), {} for any other folder."""
+    from pathlib import Path
+
+    from crossbert_model.args import read_yaml
+
+    for name in ("sweep.yaml", "zoo.yaml"):
+        if (Path(folder) / name).is_file():
+            return read_yaml(Path(folder) / name)
+    return {}
 
 
 def _tasks(args: argparse.Namespace) -> None:
@@ -422,7 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", default=None,
                    help='local-eng: every local MTEB task; or an mteb benchmark, e.g. "MTEB(eng, v2)": '
                         "its tasks that have local data")
-    p.add_argument("--layer", default="last", help="last | N (0 = embedding output)")
+    p.add_argument("--layers", default=None,
+                   help="all | last | N | N,M,... (0 = embedding output; default last): the texts are encoded once and every "
+                        "layer is scored; published scores are compared with the last layer at the model's own pooling only")
+    p.add_argument("--layer", default=None, help="deprecated alias of --layers (same grammar), removed in the next release")
     p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--out", default=MTEB_DIR, help="run folder: mteb's result JSONs and caches")
     p.add_argument("--results", default=None, help="results store (default: OUT/results)")
@@ -442,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=_positive_float, default=None, metavar="SECONDS",
                    help="wall-clock budget of this worker: once a run has been timed, runs predicted not to end in time "
                         "are skipped (and recorded), then the report is built (the config key budget_s)")
+    p.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                   help="a smoke test of the whole pipeline: a few training steps per run and at most N examples per probe "
+                        "split, into the folder <name>-limitN; its numbers mean nothing (the config key limit)")
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")
@@ -470,6 +542,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validation sequences to measure on (default: the run's own eval_sequences)")
     p.set_defaults(func=_reliance)
 
+    p = sub.add_parser("baselines", help="chance, majority-class and TF-IDF baselines of tasks, on the probes' own splits, into "
+                                         "FOLDER/baselines (a sweep's or zoo's report draws them beside its models)")
+    p.add_argument("folder", metavar="FOLDER", help="a sweep or zoo folder (its probe_tasks and max_probe_train are read from its "
+                                                    "sweep.yaml / zoo.yaml), or any folder with --tasks")
+    p.add_argument("--tasks", default=None, help="comma-separated task names, a family or all (default: the folder's probe_tasks)")
+    p.add_argument("--max-train", type=_positive_int, default=None, metavar="N",
+                   help="the seeded cap of each training split, as the probes' (default: the folder's max_probe_train, else all)")
+    p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
+    p.set_defaults(func=_baselines)
+
     p = sub.add_parser("tasks", help="list the task files and the size of each split found in the data root")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_tasks)
@@ -491,7 +573,7 @@ def configure_logging(debug: bool) -> None:
 
 
 # The options that name where a command writes: checked before any work (crossbert_model.utils.check_outside_data_root).
-OUTPUT_OPTIONS = {"results": "--results", "cache": "--cache", "out": "--out", "dest": "DIR"}
+OUTPUT_OPTIONS = {"results": "--results", "cache": "--cache", "out": "--out", "dest": "DIR", "folder": "FOLDER"}
 
 
 def check_output_options(args: argparse.Namespace) -> None:

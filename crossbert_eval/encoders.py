@@ -31,7 +31,7 @@ from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.remote_code import code_allowed, from_pretrained
-from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash
+from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash, texts_digest
 from crossbert_model.args import did_you_mean
 from crossbert_model.errors import CrossbertError, one_line
 
@@ -597,13 +597,6 @@ class FrozenEncoder:
             bar.update(len(rows))
         bar.close()
         return out
-
-
-def texts_digest(texts: list[str], texts_pair: list[str] | None) -> str:
-    h = hashlib.sha256("\x1e".join(texts).encode())
-    if texts_pair is not None:
-        h.update(b"\x1d" + "\x1e".join(texts_pair).encode())
-    return h.hexdigest()[:16]
 
 
 class FeatureCache:

@@ -51,6 +51,7 @@ class EvaluationPlan:
     mteb_layers: str
     mteb_pooling: str | None  # None: the model's own
     batch_size: int
+    max_probe_eval: int | None = None  # seeded subsample of each probe evaluation split (a limited sweep's)
 
 
 # timer(stage, **extra) -> a context manager that records how long the stage took (timed_stage, bound to a run)
@@ -58,7 +59,7 @@ StageTimer = Callable[..., ContextManager]
 
 
 def evaluate_encoder(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
-    """Probes, then geometry, then mteb (one run per layer of plan.mteb_layers) on `encoder`. A task whose data
+    """Probes, then geometry, then mteb (one run for every layer of plan.mteb_layers) on `encoder`. A task whose data
     is missing fails the evaluation (TaskDataMissing) after its stage, naming every such task."""
     if plan.probe_tasks:
         _probe(encoder, plan, timer)
@@ -74,7 +75,7 @@ def _probe(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
 
     settings = ProbeSettings(
         tasks=plan.probe_tasks, probes=plan.probes, layers=plan.layers, poolings=plan.poolings, results_dir=plan.results_dir,
-        cache_dir=plan.features_dir, max_train=plan.max_probe_train, data_root=plan.data_root,
+        cache_dir=plan.features_dir, max_train=plan.max_probe_train, max_eval=plan.max_probe_eval, data_root=plan.data_root,
         feature_transforms=plan.feature_transforms,
     )  # fmt: skip
     runner = ProbeRunner(encoder, settings)
@@ -99,12 +100,24 @@ def _geometry(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
 def _mteb(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
     from crossbert_eval.mteb_runner import run_mteb
 
-    layers = encoder.layer_indices(plan.mteb_layers)
-    for layer in layers:
-        with timer("mteb", layer=layer):
-            run_mteb(encoder, tasks=plan.mteb_tasks, benchmark=None, layer=layer, pooling=plan.mteb_pooling, out_dir=plan.mteb_dir,
-                     results_dir=plan.results_dir, feature_cache=plan.features_dir, batch_size=plan.batch_size,
-                     data_root=plan.data_root, cache_layers=layers)  # fmt: skip
+    # every layer of plan.mteb_layers in one run: the texts are encoded once for all of them (as `crossbert mteb --layers`)
+    with timer("mteb", layers=encoder.layer_indices(plan.mteb_layers)):
+        run_mteb(encoder, tasks=plan.mteb_tasks, benchmark=None, layers=plan.mteb_layers, pooling=plan.mteb_pooling,
+                 out_dir=plan.mteb_dir, results_dir=plan.results_dir, feature_cache=plan.features_dir, batch_size=plan.batch_size,
+                 data_root=plan.data_root)  # fmt: skip
+
+
+def evaluate_baselines(plan: EvaluationPlan, folder: Path, timer: StageTimer) -> None:
+    """The chance, majority-class and TF-IDF baselines of the plan's probe tasks on the probes' splits (crossbert_eval.baselines),
+    into `folder`'s baseline store: once per folder, whatever the number of models."""
+    from crossbert_eval.baselines import BaselineSettings, run_baselines
+    from crossbert_eval.tasks import resolve_tasks
+
+    if not plan.probe_tasks:
+        return
+    settings = BaselineSettings(data_root=plan.data_root, max_train=plan.max_probe_train, max_eval=plan.max_probe_eval)
+    with timer("baselines"):
+        run_baselines(resolve_tasks(plan.probe_tasks), folder, settings)
 
 
 def _fail_on_missing(plan: EvaluationPlan, stage: str, missing: dict[str, str]) -> None:

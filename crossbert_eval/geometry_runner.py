@@ -23,8 +23,9 @@ from tqdm.auto import tqdm
 
 from . import geometry as G
 from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
+from crossbert_model.utils import texts_digest
 
-from .encoders import FeatureCache, FrozenEncoder, texts_digest
+from .encoders import FeatureCache, FrozenEncoder
 from .probe_runner import ProbeError, check_layers_option, choices_error, row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks

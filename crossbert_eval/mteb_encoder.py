@@ -43,6 +43,10 @@ prompt is chosen by mteb's public `get_prompt` (task name, task type, prompt typ
 else the folder's `default_prompt_name` as sentence-transformers does, and prefixed to every text.
 Each task's prompts are recorded in its rows (`protocol.prompts`).
 
+Several layers in one run: mteb scores one model (one ModelMeta, one result folder) per call, so a run makes one
+wrapper per layer; they share one LayerFeatures, which encodes each text set once at every layer asked for and
+hands each wrapper its layer (crossbert_eval.mteb_runner.run_mteb).
+
 mteb is imported only when a wrapper is made (after crossbert_eval.mteb_runner.configure_offline), so the
 wrapper's class is mteb's AbsEncoder with the methods of MtebEncoderMethods mixed in.
 """
@@ -58,6 +62,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from crossbert_model.utils import texts_digest
 
 from .encoders import FeatureCache, FrozenEncoder, fitted_max_length, read_sentence_transformers_layout
 from .mteb_tasks import MtebError
@@ -290,14 +296,46 @@ def model_meta(encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool
 # ------------------------------------------------------------------------------------------------
 
 
+class LayerFeatures:
+    """The features of one or more layers (one pooling) that the wrappers of those layers share: a text set is
+    encoded ONCE, at every layer of `layers` (one forward pass gives every hidden state), through the feature
+    cache when there is one; with several layers the result stays in memory, so the other layers' wrappers read
+    it instead of encoding again. `forget()` drops it (the runner calls it after each task: memory holds one
+    task's texts at every layer). `passes` counts the text sets encoded or read from the feature cache."""
+
+    def __init__(self, encoder: FrozenEncoder, layers: list[int], pooling: str, cache: FeatureCache | None):
+        self.encoder, self.layers, self.pooling, self.cache = encoder, sorted(set(layers)), pooling, cache
+        self.remember = len(self.layers) > 1  # one layer: nothing another wrapper could reuse
+        self.passes = 0
+        self._memory: dict[str, dict] = {}
+
+    def features(self, texts: list[str], label: str) -> tuple[dict[tuple[int, str], np.ndarray], int]:
+        """({(layer, pooling): array} at every layer, how many texts were encoded now: 0 from memory or the feature cache)."""
+        digest = texts_digest(texts, None)
+        if digest in self._memory:
+            return self._memory[digest], 0
+        self.passes += 1
+        if self.cache is not None:
+            misses = self.cache.misses
+            feats = self.cache.features(self.encoder, texts, None, self.layers, [self.pooling], label)
+            encoded = len(texts) if self.cache.misses > misses else 0
+        else:
+            feats = self.encoder.encode(texts, layers=self.layers, poolings=[self.pooling], desc=label)
+            encoded = len(texts)
+        if self.remember:
+            self._memory[digest] = feats
+        return feats, encoded
+
+    def forget(self) -> None:
+        self._memory.clear()
+
+
 class MtebEncoderMethods:
     """What the wrapper adds to mteb's AbsEncoder. `costs` keeps, per task, the texts it asked for, how
-    many were encoded (not from the feature cache), the seconds spent and the prompts used."""
+    many were encoded (not from the feature cache or another layer's pass), the seconds spent and the prompts used."""
 
-    def __init__(self, encoder: FrozenEncoder, layer: int, pooling: str, cache: FeatureCache | None, normalize: bool,
-                 cache_layers: list[int] | None):  # fmt: skip
-        self.encoder, self.layer, self.pooling, self.cache, self.normalize = encoder, layer, pooling, cache, normalize
-        self.cache_layers = cache_layers
+    def __init__(self, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, features: LayerFeatures):
+        self.encoder, self.layer, self.pooling, self.normalize, self.shared = encoder, layer, pooling, normalize, features
         self.costs: dict[str, dict] = {}
         st_root = sentence_transformers_root(encoder.source.folder)
         st_config = read_st_config(st_root)
@@ -321,14 +359,8 @@ class MtebEncoderMethods:
         # each distinct text is encoded once and its vector copied
         unique = list(dict.fromkeys(texts))
         label = f"mteb/{task_metadata.name}/{hf_subset}/{hf_split}"
-        start, misses = time.perf_counter(), self.cache.misses if self.cache is not None else 0
-        if self.cache is not None:
-            layers = sorted(set(self.cache_layers or []) | {self.layer})
-            feats = self.cache.features(self.encoder, unique, None, layers, [self.pooling], label)
-            encoded = len(unique) if self.cache.misses > misses else 0
-        else:
-            feats = self.encoder.encode(unique, layers=[self.layer], poolings=[self.pooling], desc=label)
-            encoded = len(unique)
+        start = time.perf_counter()
+        feats, encoded = self.shared.features(unique, label)
         cost = self.costs.setdefault(task_metadata.name, {"texts": 0, "encoded": 0, "encode_s": 0.0, "prompts": {}})
         cost["texts"] += len(texts)
         cost["encoded"] += encoded
@@ -345,15 +377,19 @@ class MtebEncoderMethods:
 
 
 def make_mteb_encoder(
-    encoder: FrozenEncoder, layer: int, pooling: str | None, cache: FeatureCache | None, normalize: bool | None = None,
-    cache_layers: list[int] | None = None,
+    encoder: FrozenEncoder, layer: int, pooling: str | None, cache: FeatureCache | None = None, normalize: bool | None = None,
+    features: LayerFeatures | None = None,
 ):  # fmt: skip
     """`pooling` None: the model's own (encoder.default_pooling). `normalize` None: as the model itself
-    does (sentence-transformers' Normalize module). `cache_layers`: encode (and cache) these layers
-    whenever texts are encoded, so that running mteb again at another layer of the same checkpoint
-    encodes nothing."""
+    does (sentence-transformers' Normalize module). `features`: the LayerFeatures this layer's wrapper shares
+    with the wrappers of other layers (mteb_runner.run_mteb makes one per run; its pooling must be this
+    pooling); None: one of its own, for this layer alone, through `cache`."""
     from mteb.models.abs_encoder import AbsEncoder
 
+    pooling = pooling or encoder.default_pooling
+    if features is None:
+        features = LayerFeatures(encoder, [layer], pooling, cache)
+    elif layer not in features.layers or features.pooling != pooling:
+        raise ValueError(f"layer {layer} / {pooling} pooling: the shared features hold {features.layers} / {features.pooling}")
     wrapper = type("MtebEncoder", (MtebEncoderMethods, AbsEncoder), {"__doc__": MtebEncoderMethods.__doc__})
-    return wrapper(encoder, layer, pooling or encoder.default_pooling, cache,
-                   encoder.normalize if normalize is None else normalize, cache_layers)  # fmt: skip
+    return wrapper(encoder, layer, pooling, encoder.normalize if normalize is None else normalize, features)

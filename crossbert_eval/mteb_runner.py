@@ -2,7 +2,7 @@
 
     crossbert mteb minilm --benchmark local-eng
     crossbert mteb minilm --benchmark "MTEB(eng, v2)"     # mteb's own benchmark: what local data allows
-    crossbert mteb runs/tiny_crossbert --tasks STSBenchmark,Banking77Classification --layer last
+    crossbert mteb runs/tiny_crossbert --tasks STSBenchmark,Banking77Classification --layers all
 
 * Tasks keep their real MTEB names, metadata, splits and preprocessing: local tasks are mteb's own task
   classes reading the files named by our task files (mteb_tasks.py); the metrics are mteb's.
@@ -13,6 +13,9 @@
 * mteb's result folder (`{out}/results/{org__name}/{revision}/...`, with model_meta.json) is what
   `mteb.ResultCache(out).load_results(...)` reads: revision = the weights' fingerprint, non-default layer /
   pooling / normalisation / length in mteb's experiment folders (mteb_encoder.py says how).
+* `--layers all` (or N,M,...): every text set is encoded once, at every layer asked for, and each layer is scored
+  as its own mteb experiment; published scores are compared with the model's published setting only (its
+  last layer with its own pooling: `protocol.published_setting` in every row).
 """
 
 from __future__ import annotations
@@ -87,19 +90,35 @@ def _without_superseded_warnings():
 
 
 def run_mteb(
-    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layer: str | int = "last", pooling: str | None = None,
-    out_dir: str | Path = MTEB_DIR, results_dir: str | None = None, feature_cache: str | None = FEATURES_DIR,
+    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layers: str | int | list = "last",
+    pooling: str | None = None, out_dir: str | Path = MTEB_DIR, results_dir: str | None = None, feature_cache: str | None = FEATURES_DIR,
     batch_size: int = 256, max_length: int | None = None, overwrite: bool = False, data_root=None, normalize: bool | None = None,
-    cache_layers: list[int] | None = None, dtype: str = "fp32", allow_pickle: bool = False, trust_remote_code: bool = False,
+    dtype: str = "fp32", allow_pickle: bool = False, trust_remote_code: bool = False,
 ):  # fmt: skip
-    """Run mteb on `model`; return (rows, table text). Rows also go to the results store.
+    """Run mteb on `model` at every layer of `layers` (all | last | N | N,M,..., or a list of numbers: the grammar of
+    `crossbert probe --layers`); return (rows, table text). Rows also go to the results store.
+    Each text set is encoded ONCE for all the layers (LayerFeatures), then mteb scores each layer as its own model
+    (its own ModelMeta experiment: mteb_encoder.py). Tasks run one after the other, every layer of a task before
+    the next task, so memory holds one task's features.
     `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `max_length`
     None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs truncate at), else
     crossbert_model.defaults.MAX_LENGTH, at most the model's positions; `dtype`, `allow_pickle` and `trust_remote_code` as FrozenEncoder.load
-    (fp32, safetensors only, none of the folder's code) when `model` is a name."""
-    check_one_layer(layer)  # before a model is loaded
-    started = time.perf_counter()
+    (fp32, safetensors only, none of the folder's code) when `model` is a name.
+    A refused run (a bad name, layer, task or model) leaves no folder it created behind (nothing_left_on_refusal)."""
+    check_layers(layers)  # before a model is loaded
     out_dir = Path(out_dir)
+    store_dir = Path(results_dir) if results_dir else out_dir / "results"
+    written = [out_dir / "mteb_cache", out_dir / "hf_datasets_cache", out_dir / "results", store_dir]
+    with nothing_left_on_refusal(written + ([Path(feature_cache)] if feature_cache else [])):
+        return _run_mteb(model, tasks=tasks, benchmark=benchmark, layers=layers, pooling=pooling, out_dir=out_dir, store_dir=store_dir,
+                         feature_cache=feature_cache, batch_size=batch_size, max_length=max_length, overwrite=overwrite,
+                         data_root=data_root, normalize=normalize, dtype=dtype, allow_pickle=allow_pickle,
+                         trust_remote_code=trust_remote_code)  # fmt: skip
+
+
+def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_dir: Path, feature_cache, batch_size, max_length,
+              overwrite, data_root, normalize, dtype, allow_pickle, trust_remote_code):  # fmt: skip
+    started = time.perf_counter()
     configure_offline(out_dir)
     import mteb
 
@@ -110,7 +129,7 @@ def run_mteb(
                                      allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
     # recorded as the probe runner records it: "user", or where the model's own pooling came from
     (pooling,), pooling_source = encoder.poolings_and_source([pooling] if pooling else None)
-    (layer_index,) = encoder.layer_indices(layer)
+    layer_indices = list(dict.fromkeys(encoder.layer_indices(layers)))  # '6,-1' on a 6-layer model: layer 6 once
     task_objects, plan = resolve_mteb_tasks(tasks, benchmark, data_root)
     if not task_objects:
         raise MtebError("no task given: use --tasks NAME[,NAME] or --benchmark local-eng" if plan is None else
@@ -119,36 +138,81 @@ def run_mteb(
         log.info("%s", plan.report())
     check_local_data(task_objects, data_root)
     cache = FeatureCache(feature_cache) if feature_cache else None
-    from .mteb_encoder import make_mteb_encoder  # imports mteb: after configure_offline
+    from .mteb_encoder import LayerFeatures, make_mteb_encoder  # imports mteb: after configure_offline
 
-    wrapped = make_mteb_encoder(encoder, layer_index, pooling, cache, normalize, cache_layers)
+    shared = LayerFeatures(encoder, layer_indices, pooling, cache)
+    wrapped = {layer: make_mteb_encoder(encoder, layer, pooling, normalize=normalize, features=shared) for layer in layer_indices}
+    published = {layer: layer == encoder.num_layers and pooling == encoder.source.default_pooling for layer in layer_indices}
     note_superseded(task_objects)
+    rows = []
     with warnings.catch_warnings(), _without_superseded_warnings():
         # mteb's logistic regression (max_iter=100, its protocol) warns on every fit for unnormalised
         # features of small models; the warning changes nothing and buries the log.
         warnings.simplefilter("ignore", ConvergenceWarning)
         result_cache = mteb.ResultCache(cache_path=out_dir)
-        result_files = [Path(result_cache.get_task_result_path(t.metadata.name, wrapped.mteb_model_meta)) for t in task_objects]
-        drop_unverified_results(result_files)
-        result = mteb.evaluate(
-            wrapped,
-            task_objects,
-            cache=result_cache,
-            overwrite_strategy="always" if overwrite else "only-missing",
-            encode_kwargs={"batch_size": batch_size},
-            co2_tracker=False,
-            show_progress_bar=False,
-        )
-    stamp_results(result_files)
-    meta = wrapped.mteb_model_meta
-    rows = result_rows(result, encoder, layer_index, pooling, wrapped.normalize, {t.metadata.name: t for t in task_objects},
-                       pooling_source, wrapped.costs)  # fmt: skip
-    store = ResultsStore(results_dir or out_dir / "results")
+        result_files = {(t.metadata.name, layer): Path(result_cache.get_task_result_path(t.metadata.name, w.mteb_model_meta))
+                        for t in task_objects for layer, w in wrapped.items()}  # fmt: skip
+        drop_unverified_results(list(result_files.values()))
+        for task in task_objects:
+            name = task.metadata.name
+            loaded_here = len(layer_indices) > 1 and not task.data_loaded  # a hub task: loaded once for every layer
+            if loaded_here:
+                task.load_data()
+            for layer in layer_indices:
+                if len(layer_indices) > 1:
+                    log.info("mteb %s at layer %d (%s)", name, layer, ", ".join(map(str, layer_indices)))
+                result = mteb.evaluate(
+                    wrapped[layer],
+                    [task],
+                    cache=result_cache,
+                    overwrite_strategy="always" if overwrite else "only-missing",
+                    encode_kwargs={"batch_size": batch_size},
+                    co2_tracker=False,
+                    show_progress_bar=False,
+                )
+                stamp_results([result_files[(name, layer)]])
+                w = wrapped[layer]
+                rows += result_rows(result, encoder, layer, pooling, w.normalize, {name: task}, pooling_source, w.costs,
+                                    published_setting=published[layer])  # fmt: skip
+            shared.forget()  # the next task's texts are others
+            if loaded_here:
+                task.unload_data()
+    store = ResultsStore(store_dir)
     new = [r for r in rows if not store.done(r["unit"])]
     store.remove_units({r["unit"] for r in rows} if overwrite else set())
     store.append(rows if overwrite else new)
-    log.info("mteb results: %s", result_cache.get_task_result_path(task_objects[0].metadata.name, meta).parent)
+    folder = result_files[(task_objects[0].metadata.name, layer_indices[0])].parent
+    if len(layer_indices) > 1:
+        folder = folder.parent.parent if folder.parent.name == "experiments" else folder  # the revision's folder
+        log.info("mteb: %d text set(s), each encoded (or read from the feature cache) once for the %d layers",
+                 shared.passes, len(layer_indices))  # fmt: skip
+    others = " (layers other than the model's own setting: its experiments/ folder)" if len(layer_indices) > 1 else ""
+    log.info("mteb results: %s%s", folder, others)
     return rows, mteb_text_table(rows, plan, wall_s=time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def nothing_left_on_refusal(paths: list[Path]):
+    """On any exception in the block, remove the EMPTY folders the block created at or under `paths` (the run
+    folder, mteb's and datasets' caches inside it, the results store, the feature cache): importing mteb alone
+    creates its cache folder, so a refused run would leave an empty run folder behind. Files are never removed:
+    a run that failed after writing results keeps them."""
+    created = set()
+    for path in paths:
+        top = Path(os.path.abspath(path))
+        while not top.parent.exists():
+            top = top.parent
+        if not top.exists():
+            created.add(top)
+    try:
+        yield
+    except BaseException:
+        for top in created:
+            if top.is_dir():
+                for folder, _, _ in os.walk(top, topdown=False):  # the deepest first
+                    with contextlib.suppress(OSError):
+                        os.rmdir(folder)  # only an empty folder: never a file
+        raise
 
 
 # Beside each mteb result file this tool wrote: the SHA-256 of its content. mteb answers a task from its result cache
@@ -180,22 +244,24 @@ def stamp_results(paths: list[Path]) -> None:
             atomic_write_text(_stamp_of(path), sha256_file(path) + "\n")
 
 
-def check_one_layer(layer: str | int) -> None:
-    """mteb scores one layer per run: 'last' or one layer number (--layer)."""
+def check_layers(layers: str | int | list) -> None:
+    """A layer spec (all | last | N | N,M,...: crossbert_eval.encoders.parse_layers), checked before any model is loaded."""
     try:
-        items = parse_layers(layer)
+        parse_layers(layers)
     except EncoderError as e:
-        raise MtebError(f"--layer: {e}") from None
-    if items == "all" or (isinstance(items, list) and len(items) != 1):
-        raise MtebError(f"--layer: expected last or one layer number N (mteb scores one layer per run), got {layer!r}")
+        raise MtebError(f"--layers: {e}") from None
 
 
 def result_rows(
     result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user",
-    costs: dict | None = None,
+    costs: dict | None = None, published_setting: bool | None = None,
 ) -> list[dict]:  # fmt: skip
     """One row per (task, split, subset, metric). `costs` (the wrapper's, per task) adds what encoding took
-    in this run; a task mteb answered from its result cache has none."""
+    in this run; a task mteb answered from its result cache has none. `published_setting`: whether this is the
+    layer and pooling a published score of the model is for (its last layer, its own pooling); None: the last
+    layer is. Tables compare published scores with these rows only."""
+    if published_setting is None:
+        published_setting = layer == encoder.num_layers
     rows = []
     ident = encoder.identity
     for task_result in result.task_results:
@@ -228,7 +294,8 @@ def result_rows(
                                  "data_differs": local_spec.data_differs if local_spec else None,
                                  "variant_of": local_spec.variant_of if local_spec else None,
                                  "dataset_revision": task_result.dataset_revision,
-                                 "prompts": (cost or {}).get("prompts") or None},  # fmt: skip
+                                 "prompts": (cost or {}).get("prompts") or None,
+                                 "published_setting": published_setting},  # fmt: skip
                     # what the task cost: mteb's evaluation time (encoding + scoring), and our encoding in this
                     # run (0 texts: every feature came from the feature cache)
                     "eval_time_s": task_result.evaluation_time,
@@ -246,4 +313,4 @@ def result_rows(
     return rows
 
 
-__all__ = ["run_mteb", "configure_offline", "result_rows", "MtebError"]
+__all__ = ["run_mteb", "configure_offline", "result_rows", "nothing_left_on_refusal", "MtebError"]

@@ -25,17 +25,16 @@ from tqdm.auto import tqdm
 from . import probes as P
 from .metrics import score
 from crossbert_model.errors import CrossbertError
-from crossbert_model.utils import stable_hash
+from crossbert_model.utils import stable_hash, texts_digest
 
-from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
+from crossbert_model.defaults import FEATURES_DIR, POOLINGS, PROBES, RESULTS_DIR
 
-from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers, texts_digest
+from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
 from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
 
-PROBES = ("linear", "knn", "cosine")
 PAIR_MODES = ("joint", "senteval")
 
 
@@ -58,6 +57,7 @@ class ProbeSettings:
     force: bool = False
     data_root: str | None = None
     max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)
+    max_eval: int | None = None  # seeded subsample of each evaluation split (smoke runs: `crossbert sweep --limit`)
     # probes.FEATURE_TRANSFORMS of the cosine and kNN probes, each its own units; fitted on the task's training split
     feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
 
@@ -88,6 +88,8 @@ class ProbeSettings:
             raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
         if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
             raise ProbeError(f"max_train: expected a positive integer (unset: the whole train split), got {self.max_train!r}")
+        if self.max_eval is not None and (not _is_int(self.max_eval) or self.max_eval < 1):
+            raise ProbeError(f"max_eval: expected a positive integer (unset: every evaluation example), got {self.max_eval!r}")
         check_layers_option("--layers", self.layers)
 
     def protocol_constants(self) -> dict:
@@ -99,6 +101,7 @@ class ProbeSettings:
             "knn_k": self.k,
             "knn_temperature": self.temperature,
             **({"max_train": self.max_train} if self.max_train else {}),  # only when subsampling
+            **({"max_eval": self.max_eval} if self.max_eval else {}),
         }
 
 
@@ -181,9 +184,9 @@ class ProbeRunner:
         pair_mode = self.s.pair_mode if (task.is_pair and probe != "cosine") else None
         constants = self.s.protocol_constants()
         names = {
-            "cosine": (),
-            "knn": ("knn_k", "knn_temperature", "max_train"),
-            "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed", "max_train"),
+            "cosine": ("max_eval",),
+            "knn": ("knn_k", "knn_temperature", "max_train", "max_eval"),
+            "linear": ("C_grid", "alpha_grid", "validation_fraction", "seed", "max_train", "max_eval"),
         }
         protocol = {**{k: constants[k] for k in names[probe] if k in constants}, **transform_key(transform)}
         return unit_key(
@@ -196,7 +199,7 @@ class ProbeRunner:
         """What the unit was computed on: edited data files or task definitions give new units."""
         key = (task.name, split, reads_train)
         if key not in self._digests:
-            parts = [task.load_split(split, self.s.data_root)] + ([self._train_split(task)] if reads_train else [])
+            parts = [self._eval_split(task, split)] + ([self._train_split(task)] if reads_train else [])
             self._digests[key] = stable_hash([[texts_digest(p.texts, p.texts_pair), stable_hash(p.labels.tolist())] for p in parts])
         return self._digests[key]
 
@@ -309,7 +312,7 @@ class ProbeRunner:
                 split = self._train_split(task) if reads_train else None
                 name = task.train_split
             else:
-                split, name = task.load_split(which, self.s.data_root), which
+                split, name = self._eval_split(task, which), which
             feats = self._probe_inputs(task, name, split, probe, layers, poolings) if split is not None else None
             inputs[which] = (split, feats)
         return inputs[which]
@@ -321,17 +324,11 @@ class ProbeRunner:
             owner = self.store.last_owner or {}
             skips[BUSY].append(f"{key} (pid {owner.get('pid')} on {owner.get('host')})")
 
+    def _eval_split(self, task: Task, name: str) -> Split:
+        return task.load_split(name, self.s.data_root).subsample(self.s.max_eval, self.s.seed)
+
     def _train_split(self, task: Task) -> Split:
-        split = task.load_split(task.train_split, self.s.data_root)
-        n = self.s.max_train
-        if not n or len(split) <= n:
-            return split
-        idx = np.sort(np.random.default_rng(self.s.seed).choice(len(split), n, replace=False))
-        return Split(
-            texts=[split.texts[i] for i in idx],
-            labels=split.labels[idx],
-            texts_pair=[split.texts_pair[i] for i in idx] if split.texts_pair is not None else None,
-        )
+        return task.load_split(task.train_split, self.s.data_root).subsample(self.s.max_train, self.s.seed)
 
     def _fit(self, task: Task, probe: str, transform: str, train, train_x, split: Split, eval_x, key) -> P.ProbeOutput:
         x_train, x_eval, fitted = transformed(transform, train_x[key] if train_x is not None else None, eval_x[key])
@@ -359,7 +356,8 @@ class ProbeRunner:
             "n_train": len(train) if train is not None else 0,
             "n_eval": len(split),
             # the cap of the train split (`--max-train`, sweeps' max_probe_train) in the row, as in the unit's key
-            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL, **({"max_train": self.s.max_train} if self.s.max_train and train is not None else {})},
+            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL, **({"max_train": self.s.max_train} if self.s.max_train and train is not None else {}),
+                         **({"max_eval": self.s.max_eval} if self.s.max_eval else {})},
             "probe_seconds": round(seconds, 3),
             "unit": unit.key,
         }

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from scipy import sparse
 from scipy.linalg import LinAlgWarning
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, Ridge
@@ -66,6 +67,13 @@ def _carve_validation(y: np.ndarray, regression: bool, seed: int) -> tuple[np.nd
     return train_test_split(idx, test_size=VALIDATION_FRACTION, random_state=seed, stratify=stratify)
 
 
+def _scaler(x) -> StandardScaler:
+    """Standardisation of the probe's features. Sparse ones (the bag-of-words baseline's TF-IDF rows, L2-normalised
+    already) are left as they are: centring would make them dense, and dividing by a rare term's tiny spread would blow
+    it up (and slow the solver tenfold)."""
+    return StandardScaler(with_mean=False, with_std=False) if sparse.issparse(x) else StandardScaler()
+
+
 def _logreg(c: float) -> LogisticRegression:
     return LogisticRegression(C=c, max_iter=LOGREG_MAX_ITER, warm_start=True)
 
@@ -76,7 +84,7 @@ def linear_probe(
     """Standardise, choose C (alpha) on a validation split carved from train, refit on all of train."""
     started = time.perf_counter()
     fit_idx, val_idx = _carve_validation(y_train, regression, seed)
-    scaler = StandardScaler().fit(x_train[fit_idx])
+    scaler = _scaler(x_train).fit(x_train[fit_idx])
     x_fit, x_val = scaler.transform(x_train[fit_idx]), scaler.transform(x_train[val_idx])
     grid = ALPHA_GRID if regression else C_GRID
     val_scores = []
@@ -94,12 +102,12 @@ def linear_probe(
             val_scores.append(score(select_metric, y_train[val_idx], model.predict(x_val)))
         best = grid[int(np.nanargmax(val_scores))]
         searched = time.perf_counter()
-        scaler = StandardScaler().fit(x_train)
+        scaler = _scaler(x_train).fit(x_train)
         final = Ridge(alpha=best) if regression else LogisticRegression(C=best, max_iter=LOGREG_MAX_ITER)
         final.fit(scaler.transform(x_train), y_train)
     protocol = {
         "classifier": "ridge" if regression else "logistic_regression",
-        "standardise": True,
+        "standardise": not sparse.issparse(x_train),
         "grid": list(grid),
         "chosen": best,
         "validation_scores": [round(v, 6) for v in val_scores],

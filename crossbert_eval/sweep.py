@@ -31,7 +31,7 @@ from pathlib import Path
 from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, folder_name, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints, read_trainer_state
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
-from crossbert_model.config import PRESETS
+from crossbert_model.presets import PRESETS
 from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
 from crossbert_model.logs import duration
@@ -51,8 +51,8 @@ from crossbert_model.utils import (
     stable_hash,
 )
 
-from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
-from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, SKIPPED_FILE, UNIGRAM_FILE
+from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
+from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, SKIPPED_FILE, SMOKE_TEST_KEY, UNIGRAM_FILE
 from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds
 
 log = logging.getLogger("crossbert.sweep")
@@ -140,11 +140,38 @@ class SweepConfig:
     # An optional package a part of the sweep needs (OPTIONAL_PACKAGES) that is not installed: "refuse" stops before
     # the first step naming it; "leave_out" names it in one line and leaves that part's rows out (a machine without faiss).
     missing_packages: str = "refuse"
+    # A smoke run of the whole pipeline (`--limit N`; None: a real sweep): every objective and size at the first LIMIT_SEEDS
+    # seeds, each run LIMIT_STEPS steps uncompiled, validated on at most N sequences, each probe split capped at N examples
+    # (train and evaluation), into a folder of its own, <name>-limit<N>. Its numbers mean nothing: its report,
+    # summary.json and verdict say so (report.loading.smoke_notice).
+    limit: int | None = None
     submitit: SubmititArgs = field(default_factory=SubmititArgs)
+
+    def __post_init__(self) -> None:
+        # a limited sweep never shares a folder with a real one; once only, so a reloaded sweep.yaml keeps its name
+        suffix = f"-limit{self.limit}"
+        if _is_limit(self.limit) and isinstance(self.name, str) and not self.name.endswith(suffix):
+            self.name += suffix
 
     @property
     def root(self) -> Path:
         return Path(self.out_dir) / self.name
+
+
+# A limited sweep (`--limit`): LIMIT_STEPS training steps a run, enough to write a checkpoint and every loss the report
+# reads, far too few for any score to mean something; uncompiled, since a compiled step repays its ~30 s compile only
+# after ~240 steps (configs/sweep/cpu_small.yaml). LIMIT_SEEDS seeds: the fewest the report's test over seeds takes.
+LIMIT_STEPS = 20
+LIMIT_SEEDS = 2
+
+
+def _is_limit(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _capped(value: int | None, cap: int | None) -> int | None:
+    """`value` (None: no cap) under `cap` (None: none)."""
+    return value if cap is None else min(value or cap, cap)
 
 
 @dataclass
@@ -172,13 +199,16 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
     if cfg.reference_objective is not None and cfg.reference_objective not in names:
         raise ConfigError(f"sweep field 'reference_objective': expected one of the objectives ({', '.join(names)}), "
                           f"got {cfg.reference_objective!r}")  # fmt: skip
+    if cfg.limit is not None and not _is_limit(cfg.limit):
+        raise ConfigError(f"sweep field 'limit': expected a positive integer (examples per probe split), got {cfg.limit!r}")
     _check_grid(cfg)
     _check_probe_settings(cfg)
     for name in ("claim_lease_s", "worker_poll_s", *(("budget_s",) if cfg.budget_s is not None else ())):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
             raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {value!r}")
-    runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in cfg.seeds]
+    seeds = cfg.seeds[:LIMIT_SEEDS] if cfg.limit is not None else cfg.seeds
+    runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in seeds]
     return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
 
 
@@ -198,8 +228,11 @@ def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> Run
         tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
         tc.max_tokens = None
         tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
-        tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
         tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
+        if cfg.limit is not None:  # a smoke run (SweepConfig.limit): no resume points, validation on at most N sequences
+            tc.steps, tc.compile, tc.checkpoint_every = min(tc.steps, LIMIT_STEPS), False, 0
+            tc.eval_sequences = min(tc.eval_sequences, cfg.limit)
+        tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
         validate_config(tc)
     except ConfigError as e:
         raise ConfigError(f"sweep run {data['name']}: {e}") from None
@@ -356,7 +389,7 @@ class Sweep:
         return EvaluationPlan(
             who=f"sweep {cfg.name}", results_dir=str(self.results_dir), features_dir=str(self.root / "features"),
             mteb_dir=self.root / "mteb", data_root=cfg.data_root, probe_tasks=cfg.probe_tasks, probes=cfg.probes,
-            feature_transforms=cfg.feature_transforms, max_probe_train=cfg.max_probe_train,
+            feature_transforms=cfg.feature_transforms, max_probe_train=_capped(cfg.max_probe_train, cfg.limit), max_probe_eval=cfg.limit,
             layers=cfg.probe_layers if final else cfg.intermediate_layers, poolings=cfg.poolings, geometry_tasks=cfg.geometry_tasks,
             mteb_tasks=cfg.mteb_tasks, mteb_layers=cfg.mteb_layers if final else cfg.intermediate_layers,
             mteb_pooling=cfg.poolings[0], batch_size=cfg.batch_size,
@@ -519,6 +552,7 @@ class Sweep:
         report_crashes_in(self.root)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             return self._run_distributed()
+        self.compute_baselines()
         self.work()
         self.report()
         self.log_verdict()
@@ -528,12 +562,19 @@ class Sweep:
         log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
         return self.root
 
+    def compute_baselines(self) -> None:
+        """Chance, majority-class and TF-IDF scores of the probe tasks on the probes' splits, once for the sweep (before
+        the first run, so every report from the first on draws them; crossbert_eval.baselines)."""
+        evaluate_baselines(self._evaluation_plan(final=True), self.root, lambda stage, **extra: self.timed(stage, None, **extra))
+
     def log_verdict(self) -> None:
         """The report's verdict (summary.json) as the sweep's last lines."""
         from .report.noise import verdict_lines
 
         if not self.rank and (self.root / "summary.json").is_file():
-            log.info("sweep %s verdict:\n%s", self.cfg.name, "\n".join(verdict_lines(json.loads((self.root / "summary.json").read_text()))))
+            summary = json.loads((self.root / "summary.json").read_text())
+            notice = [summary[SMOKE_TEST_KEY]] if SMOKE_TEST_KEY in summary else []  # a limited sweep's, first
+            log.info("sweep %s verdict:\n%s", self.cfg.name, "\n".join(notice + verdict_lines(summary) + notice))
 
     def _run_distributed(self) -> Path:
         """Under torchrun: every rank trains every run (no claims: the ranks are one worker); rank 0 probes."""

@@ -45,7 +45,7 @@ from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import atomic_write_text, check_outside_data_root, data_root, set_offline_env
 
-from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_encoder, timed_stage
+from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .report.loading import CHECKPOINTS_FILE
 from .report.zoo_report import ZOO_FILE, build_zoo_report
 
@@ -336,6 +336,8 @@ class Zoo:
     def run(self) -> Path:
         preflight(self.cfg)  # a missing model or task fails here, with nothing written
         self.write_manifest()
+        # the baselines depend on the tasks and their splits, not on a model: any entry's plan gives them
+        evaluate_baselines(self._evaluation_plan(self.cfg.models[0]), self.root, lambda stage, **extra: self.timed(stage, "(baselines)", **extra))
         for i, entry in enumerate(self.cfg.models):
             self.evaluate_model(i, entry)
             self.report()

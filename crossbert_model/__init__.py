@@ -15,7 +15,7 @@ import importlib
 
 # public name -> the submodule that defines it
 _LAZY = {
-    "PRESETS": "config",
+    "PRESETS": "presets",
     "CrossBertConfig": "config",
     "CrossBertForPreTraining": "model",
     "CrossBertModel": "model",

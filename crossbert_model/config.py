@@ -14,7 +14,6 @@ import only the standard library, numpy, torch, transformers and each other.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
@@ -240,39 +239,7 @@ def default_predictor_shape(hidden_size: int, num_layers: int, intermediate_size
     return PREDICTOR_LAYERS, max(width, PREDICTOR_MIN_WIDTH)
 
 
-# --------------------------------------------------------------------------------------------------
-# Named size presets. Shapes follow the BERT family (Turc et al. 2019 "Well-Read Students" for the
-# small ones, Devlin et al. 2019 for base/large): hidden = 64 * heads, intermediate = 4 * hidden.
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SizePreset:
-    """An encoder shape; the predictor follows from it (`default_predictor_shape`)."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    device_hint: str
-
-    def as_config_kwargs(self) -> dict:
-        return {
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-        }
-
-
-PRESETS: dict[str, SizePreset] = {
-    "nano": SizePreset(64, 2, 1, "cpu, seconds"),
-    "tiny": SizePreset(128, 2, 2, "cpu, minutes"),
-    "tiny4": SizePreset(128, 4, 2, "cpu, minutes"),  # BERT miniature L-4 H-128: tiny twice as deep
-    "mini": SizePreset(256, 4, 4, "cpu, tens of minutes"),
-    "small": SizePreset(512, 4, 8, "cpu, hours / gpu, minutes"),
-    "medium": SizePreset(512, 8, 8, "gpu"),
-    "base": SizePreset(768, 12, 12, "gpu (BERT-base shape)"),
-    "large": SizePreset(1024, 24, 16, "gpu, FSDP (BERT-large shape)"),
-}
+# Named size presets: crossbert_model.presets (no heavy import, so a command checks a preset's name at once).
 
 
 # --------------------------------------------------------------------------------------------------

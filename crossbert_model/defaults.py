@@ -7,6 +7,9 @@ Where the network is concerned (CROSSBERT_ONLINE, the offline variables) see cro
 # How a layer's token states become one vector per text (crossbert_eval.encoders.pool).
 POOLINGS = ("mean", "cls", "max")
 
+# The frozen probes (crossbert_eval.probes), here so that a command can check a probe's name before anything heavy loads.
+PROBES = ("linear", "knn", "cosine")
+
 # Compute dtypes a command accepts: `auto` is resolved by crossbert_model.hardware.resolve_dtype.
 DTYPES = ("auto", "fp32", "bf16")
 

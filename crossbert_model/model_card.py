@@ -18,13 +18,24 @@ import yaml
 from .config import CrossBertConfig, format_count
 from .data import corpus_location
 from .errors import CrossbertError
-from .objectives import parameter_counts, training_flops_per_token
+from .objectives import objective, parameter_counts, training_flops_per_token
 from .portable import ST_POOLING, sentence_length
 from .train_config import TrainConfig, checkpoint_train_config
 from .utils import atomic_write_text
 
 CARD_FILE = "README.md"
-CODE_LICENSE = "mit"  # this repository's licence (pyproject.toml), which the code files in the folder carry
+CODE_LICENSE = "MIT"  # this repository's licence (pyproject.toml), which the code files in the folder carry: said in the body
+# The weights' terms are the training text's: the corpus licence as the data root's MANIFEST.md words it (after any
+# "Wikipedia text:" prefix) -> the Hub's licence id. Wikipedia's text is dual-licensed CC BY-SA 3.0 / GFDL; the Hub
+# takes one id, and CC BY-SA is the licence Wikipedia names for reuse. Any other text: `other`, named by the text.
+CORPUS_LICENSE_IDS = {
+    "CC BY-SA 3.0 / GFDL": "cc-by-sa-3.0",
+    "CC BY-SA 3.0": "cc-by-sa-3.0",
+    "CC BY-SA 4.0": "cc-by-sa-4.0",
+    "CC BY 4.0": "cc-by-4.0",
+    "CC BY-NC 4.0": "cc-by-nc-4.0",
+}
+UNKNOWN_LICENSE = "unknown"  # no MANIFEST row for the corpus: the Hub's id for terms not known
 LOSS_PREFIXES = ("shared_loss_r", "val_loss", "val_ppl")
 
 
@@ -63,10 +74,23 @@ def hub_dataset_id(source: str | None) -> str | None:
     return head if head.count("/") == 1 and " " not in head else None
 
 
+def weights_license(corpus_license: str | None) -> dict:
+    """The card's licence fields for weights trained on a corpus under `corpus_license` (the MANIFEST's words):
+    {'license': a Hub id}, or {'license': 'other', 'license_name': the text as an id}; none known: 'unknown'."""
+    text = (corpus_license or "").rsplit(":", 1)[-1].strip()
+    if not text or text.lower().startswith(("not stated", "unknown")):
+        return {"license": UNKNOWN_LICENSE}
+    if text in CORPUS_LICENSE_IDS:
+        return {"license": CORPUS_LICENSE_IDS[text]}
+    words = "".join(c if c.isalnum() or c == "." else " " for c in text.lower()).split()
+    return {"license": "other", "license_name": "-".join(words)}
+
+
 def metadata(config: CrossBertConfig, corpus: dict) -> dict:
     tags = ["crossbert", f"objective-{config.objective}", "feature-extraction", "sentence-transformers", "custom_code",
             "masked-language-modeling"]  # fmt: skip
-    meta = {"library_name": "transformers", "pipeline_tag": "feature-extraction", "license": CODE_LICENSE, "tags": tags}
+    meta = {"library_name": "transformers", "pipeline_tag": "feature-extraction", **weights_license(corpus.get("license")),
+            "tags": tags}  # fmt: skip
     dataset = hub_dataset_id(corpus.get("source"))
     if dataset:
         meta["datasets"] = [dataset]
@@ -130,8 +154,8 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
     body = [
         f"# {name}" + (f" (step {step})" if step is not None else ""),
         "",
-        f"A {config.objective} text encoder trained with the CrossBERT harness; preset `{preset}`. `AutoModel` gives the",
-        "encoder alone (hidden_states: the embeddings, then every block); the pre-training "
+        f"A {objective(config.objective).title} text encoder trained with the CrossBERT harness; preset `{preset}`.",
+        "`AutoModel` gives the encoder alone (hidden_states: the embeddings, then every block); the pre-training "
         + ("predictor" if counts["predictor"] else "head") + " is in the weights but not used.",
         f"sentence-transformers pools by {ST_POOLING} over real tokens of the last layer, at most {sentence_length(config)} tokens per text.",
         "",
@@ -174,7 +198,9 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
         "",
         "## Licence",
         "",
-        f"Code in this folder: MIT. Training text: {corpus.get('license', 'unknown')}.",
+        f"Training text: {corpus.get('license', 'terms unknown (no MANIFEST.md row for the corpus)')}. The weights carry the "
+        f"training text's terms: the header's `license` is `{weights_license(corpus.get('license'))['license']}`. "
+        f"Code in this folder: {CODE_LICENSE} (this repository's licence).",
     ]  # fmt: skip
     header = yaml.safe_dump(metadata(config, corpus), sort_keys=False).strip()
     return f"---\n{header}\n---\n\n" + "\n".join(body) + "\n"

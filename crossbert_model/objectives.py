@@ -20,8 +20,8 @@ from typing import Callable
 
 import torch
 
+from .presets import PRESETS
 from .config import (
-    PRESETS,
     CrossBertConfig,
     cms_num_views,
     encoder_block_params,
@@ -39,6 +39,8 @@ class Objective:
     """Everything the library asks of one objective: values, and functions of a CrossBertConfig."""
 
     name: str
+    # its name for people: model cards and pages say "A <title> text encoder"
+    title: str
     model_class: type[CrossBertPreTrainedModel]
     # DESIGN.md: 15% for BERT, 50% for CrossBERT.
     default_mask_ratio: float
@@ -135,6 +137,7 @@ OBJECTIVES: dict[str, Objective] = {
     for o in (
         Objective(
             name="mlm",
+            title="flat masked-language-model (MLM)",
             model_class=FlatMlmForPreTraining,
             default_mask_ratio=0.15,
             build_batch=mlm_batch,
@@ -146,6 +149,7 @@ OBJECTIVES: dict[str, Objective] = {
         ),
         Objective(
             name="crossbert",
+            title="CrossBERT",
             model_class=CrossBertForPreTraining,
             default_mask_ratio=0.5,
             build_batch=crossbert_batch,

@@ -196,10 +196,12 @@ def _validate_tracking(cfg: TrainConfig) -> None:
 
 
 def _validate_model(m: ModelArgs) -> None:
-    from .config import PRESETS, check_model_values
+    from .presets import PRESETS
+
+    one_of("model.preset", m.preset, tuple(PRESETS))  # before the imports below load torch: a typo is answered at once
+    from .config import check_model_values
     from .objectives import objective_names
 
-    one_of("model.preset", m.preset, tuple(PRESETS))
     one_of("model.objective", m.objective, objective_names())
     # the checks CrossBertConfig makes of the same values, named as this file names them (config.py raises plain
     # ValueErrors: it travels inside checkpoints without this package)

@@ -351,6 +351,14 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def texts_digest(texts: list[str], texts_pair: list[str] | None) -> str:
+    """Identity of a list of texts (and their pair sides): what feature caches and result units are keyed by."""
+    h = hashlib.sha256("\x1e".join(texts).encode())
+    if texts_pair is not None:
+        h.update(b"\x1d" + "\x1e".join(texts_pair).encode())
+    return h.hexdigest()[:16]
+
+
 def provenance(machine: bool = True) -> dict[str, Any]:
     """What produced a result: code revision, package versions and (unless `machine=False`, as for the
     per-row stamp of result rows, where it would repeat on every line) the machine."""

@@ -276,12 +276,18 @@ CASES = {
     "geometry --layers abc": Case(
         lambda t, c: ["geometry", "minilm", "--tasks", "TREC", "--layers", "abc", "--results", str(t / "r"), "--cache", str(t / "f")],
         ["--layers", "'abc'"], untouched=EVERY_OUTPUT),
-    "mteb --layer abc": Case(
-        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "abc", "--out", str(t / "m")], ["--layer", "'abc'"],
-        untouched=EVERY_OUTPUT),
-    "mteb --layer 1,2": Case(
-        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "1,2", "--out", str(t / "m")],
-        ["--layer", "one layer number", "'1,2'"], untouched=EVERY_OUTPUT),
+    "mteb --layers abc": Case(
+        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "abc", "--out", str(t / "m")],
+        ["--layers: expected all, last or layer numbers", "'abc'"], untouched=EVERY_OUTPUT),
+    "mteb --layer abc (the deprecated alias)": Case(
+        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "abc", "--out", str(t / "m")],
+        ["--layer: expected all, last or layer numbers", "'abc'"], untouched=EVERY_OUTPUT),
+    "mteb --layer and --layers": Case(
+        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "1", "--layers", "2", "--out", str(t / "m")],
+        ["--layers only", "deprecated alias"], untouched=EVERY_OUTPUT),
+    "mteb --layers beyond the model": Case(
+        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9", "--out", str(t / "m"), "--cache", str(t / "f"),
+                      "--results", str(t / "r")], ["layers [9] out of range", "0 (embeddings) to 6"], untouched=EVERY_OUTPUT),
     # models
     "model folder that needs its own code (stdin says y)": Case(
         lambda t, c: _probe_argv(t, str(folder_with_own_code(t / "in", t / "code-ran"))), ["auto_map", "--trust-remote-code"],
@@ -539,6 +545,8 @@ def _entry_points() -> dict[str, Callable[[Path], list[str]]]:
         "report": lambda t: ["report", missing(t)],
         "plateau": lambda t: ["plateau", missing(t)],
         "reliance": lambda t: ["reliance", missing(t)],
+        "baselines": lambda t: ["baselines", missing(t)],
+        "baselines option": lambda t: ["baselines", str(t / "b"), "--tasks", "SST-2", "--max-train", "0"],
         "export": lambda t: ["export", missing(t), str(t / "exported")],
         "no command": lambda t: [],
         "unknown command": lambda t: ["trian"],

@@ -40,24 +40,24 @@ def runners(monkeypatch):
 
     monkeypatch.setattr(probe_runner, "ProbeRunner", Runner)
     monkeypatch.setattr(geometry_runner, "GeometryRunner", Runner)
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda encoder, **kw: calls.append(("mteb", kw["layer"], kw)))
+    monkeypatch.setattr(mteb_runner, "run_mteb", lambda encoder, **kw: calls.append(("mteb", kw["layers"], kw)))
     return calls, missing
 
 
-def test_probes_then_geometry_then_mteb_per_layer_each_timed(tmp_path, runners):
+def test_probes_then_geometry_then_mteb_on_every_layer_in_one_run_each_timed(tmp_path, runners):
     calls, _ = runners
     timed = []
     timer = lambda stage, **extra: E.timed_stage(tmp_path / "timings.jsonl", stage, "m", step=3, **extra)  # noqa: E731
     E.evaluate_encoder(FakeEncoder(), _plan(tmp_path), lambda stage, **extra: timed.append(stage) or timer(stage, **extra))
-    assert [c[0] for c in calls] == ["ProbeSettings", "GeometrySettings", "mteb", "mteb"]
+    assert [c[0] for c in calls] == ["ProbeSettings", "GeometrySettings", "mteb"]
     probe, geometry = calls[0][2], calls[1][2]
     assert (probe.tasks, probe.probes, probe.layers, probe.max_train, probe.cache_dir) == (["SST-2"], ["linear"], "last", 50,
                                                                                            str(tmp_path / "features"))  # fmt: skip
     assert (geometry.tasks, geometry.layers, geometry.results_dir) == (["STS-B"], "last", str(tmp_path / "results"))
-    assert [(c[1], c[2]["pooling"], c[2]["cache_layers"]) for c in calls[2:]] == [(0, "cls", [0, 2]), (2, "cls", [0, 2])]
+    # mteb: one run for every layer (the texts encoded once for all of them: tests/test_mteb_layers.py)
+    assert [(c[1], c[2]["pooling"]) for c in calls[2:]] == [("all", "cls")]
     rows = read_jsonl(tmp_path / "timings.jsonl")
-    assert [(r["stage"], r["run"], r.get("layer")) for r in rows] == [("probe", "m", None), ("geometry", "m", None), ("mteb", "m", 0),
-                                                                      ("mteb", "m", 2)]  # fmt: skip
+    assert [(r["stage"], r["run"], r.get("layers")) for r in rows] == [("probe", "m", None), ("geometry", "m", None), ("mteb", "m", [0, 2])]
     assert all(r["step"] == 3 for r in rows)
 
 

@@ -8,7 +8,6 @@ is the bug line of crossbert_model.errors), never a write outside the folder giv
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 from collections import Counter, defaultdict

@@ -342,7 +342,7 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     assert revisions["STS17"] == mteb.get_task("STS17").metadata.revision
     assert revisions["BIOSSES"].startswith("local-") and revisions["BIOSSES"] != mteb.get_task("BIOSSES").metadata.revision
     assert {r["task"]: r["protocol"]["dataset_revision"] for r in rows} == revisions  # our rows say the same
-    run_mteb(str(run_checkpoint), tasks=["STS17"], benchmark=None, layer=1, out_dir=out, feature_cache=None)
+    run_mteb(str(run_checkpoint), tasks=["STS17"], benchmark=None, layers=1, out_dir=out, feature_cache=None)
     both = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False, load_experiments="match_name")
     assert sorted((m.model_revision, m.experiment_name or "") for m in both.model_results) == [(fingerprint, ""), (fingerprint, "layer_1")]
 

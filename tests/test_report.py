@@ -182,6 +182,16 @@ def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
     assert noise.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
 
 
+@pytest.mark.parametrize(("bands", "caption"), [
+    (["bootstrap", "none"], "error bars: bootstrap 95% interval (1 seed); none on points of 1 seed without an interval"),
+    (["none"], "no error bars (1 seed, no interval)"),
+    (["std", "none"], "error bars: mean ± std over seeds; none on points of 1 seed without an interval"),
+    ([], "no error bars"),
+])  # fmt: skip
+def test_a_caption_says_one_thing_of_each_kind_of_point_and_never_contradicts_itself(bands, caption):
+    assert noise.band_caption(bands) == caption
+
+
 def _noise_store(root: Path, cells: dict, ci: dict | None = None, sweep: dict | None = None) -> Path:
     """cells: {(objective, task, layer[, size]): [score per seed]}, size "nano" (2 layers, 1,000 non-embedding
     parameters) unless named ("tiny": 4,000); ci: the same keys -> (low, high) written on every seed's row (one-seed
@@ -228,7 +238,7 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
     # each p-value is scipy's Welch test of the per-seed scores, and the adjusted ones Benjamini-Hochberg over all six
     row = table[(table["comparison"] == "crossbert - mlm") & (table["task"] == "SST-2")].iloc[0]
     welch = scipy_stats.ttest_ind([80.0, 81.0, 82.0], [60.0, 61.0, 62.0], equal_var=False)
-    assert row["diff"] == pytest.approx(20.0) and row["a_seeds"] == row["b_seeds"] == 3 and row["p_value"] == pytest.approx(welch.pvalue)
+    assert row["diff"] == pytest.approx(20.0) and row["first_seeds"] == row["second_seeds"] == 3 and row["p_value"] == pytest.approx(welch.pvalue)
     assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx(tuple(welch.confidence_interval(0.95)))
     assert row["test"] == f"{S.WELCH} (3 vs 3)" and row["noise"] == S.SEED_NOISE
     assert table["p_adjusted"].to_numpy() == pytest.approx(scipy_stats.false_discovery_control(table["p_value"], method="bh"))
@@ -472,6 +482,36 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     assert summary["comparisons"]["crossbert - mlm"]["withheld"] == {"off_plateau": 0, "encoder_carries_context": 1}
 
 
+def test_a_comparison_row_reads_in_its_label_s_order_on_the_page_and_in_the_csv(tmp_path):
+    cells = {("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
+             ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32]}  # fmt: skip
+    md = build_sweep_report(_noise_store(tmp_path, cells), plots=TABLES_ONLY).read_text()
+    table = noise.read_comparisons(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
+    rows = {(r["comparison"], r["objective"]): r for _, r in table.iterrows()}
+    objectives = rows[("crossbert - mlm", "")]
+    assert (objectives["first"], objectives["second"]) == ("crossbert", "mlm")
+    assert (objectives["first_mean"], objectives["second_mean"], objectives["diff"]) == pytest.approx((81.0, 61.0, 20.0))
+    depth = rows[("last layer - layer 0", "crossbert")]
+    assert (depth["first"], depth["second"], depth["first_mean"], depth["second_mean"]) == ("last layer", "layer 0", pytest.approx(81.0), pytest.approx(31.0))
+    header = next(line for line in md.splitlines() if line.startswith("| comparison |"))
+    assert "| first | second | first: mean | second: mean | first - second |" in header and "a_mean" not in header
+    assert "`first` is the last layer and `second` layer 0" in md  # the page says how a row reads
+
+
+def test_a_comparison_table_written_before_the_sides_were_named_reads_in_the_new_names(tmp_path):
+    old = tmp_path / "comparisons.csv"  # two rows as the old code wrote them: `b` was the label's first side
+    old.write_text("comparison,objective,size,task,probe,a_mean,b_mean,diff,diff_ci_low,diff_ci_high,a_std,b_std,a_seeds,b_seeds,"
+                   "test,noise,p_value,p_adjusted,verdict\n"
+                   "crossbert - mlm,,nano,SST-2,linear,57.1,55.3,-1.8,-4.0,0.4,0.3,1.5,3,3,Welch,seed variance,0.1,0.2,within noise\n"
+                   "larger size - smaller size,mlm,nano -> tiny,SST-2,linear,55.8,60.0,4.2,1.0,7.4,1.0,2.2,3,3,Welch,seed variance,0.02,0.04,"
+                   "beyond noise\n")  # fmt: skip
+    table = noise.read_comparisons(old)
+    assert list(table.columns) == noise.COMPARISON_COLUMNS
+    assert table[["first", "second"]].values.tolist() == [["crossbert", "mlm"], ["tiny", "nano"]]
+    assert table["first_mean"].tolist() == [55.3, 60.0] and table["second_mean"].tolist() == [57.1, 55.8]
+    assert table["diff"].tolist() == pytest.approx((table["first_mean"] - table["second_mean"]).tolist())
+
+
 def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to_the_next(tmp_path):
     from scipy import stats as scipy_stats
 
@@ -487,7 +527,8 @@ def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to
     table = pd.read_csv(root / "tables" / "comparisons.csv").fillna({"objective": ""})
     (row,) = table[table["comparison"] == "collapse gap (best - last layer): larger size - smaller size"].to_dict("records")
     nano, tiny = [2.0, 2.0, 3.0], [10.0, 10.0, 9.0]  # per seed: layer 1 minus layer 2, in points
-    assert row["a_mean"] == pytest.approx(sum(nano) / 3) and row["b_mean"] == pytest.approx(sum(tiny) / 3)
+    assert (row["first"], row["second"]) == ("tiny", "nano")  # in the label's order: the larger size minus the smaller
+    assert row["first_mean"] == pytest.approx(sum(tiny) / 3) and row["second_mean"] == pytest.approx(sum(nano) / 3)
     assert row["p_value"] == pytest.approx(scipy_stats.ttest_ind(tiny, nano, equal_var=False).pvalue)
     assert row["size"] == "nano -> tiny" and row["verdict"] == "beyond noise"
     build_sweep_report(root, plots=["collapse_layers"])
@@ -566,7 +607,7 @@ def test_a_plot_draws_in_the_colours_it_is_given_and_returns_its_caption(tmp_pat
     colors = {"crossbert": "#000001", "mlm": "#000002"}
     made = plots.plot_losses(curves, tmp_path, colors)
     assert [p.name for p in made] == ["losses", "losses_flops"] and all(p.png.is_file() and p.svg.is_file() for p in made)
-    assert all(p.caption == "error bars: no noise estimate (1 seed, no interval)" for p in made)  # what the page prints
+    assert all(p.caption == "no error bars (1 seed, no interval)" for p in made)  # what the page prints
     figures = {}
     original = plots.save_figure
     try:  # the figure itself, before it is saved and closed
@@ -666,16 +707,50 @@ def test_a_panel_is_titled_by_what_it_holds_and_every_score_axis_is_named_alike(
     assert {ax.get_ylabel() for ax in [*axes, *layer_axes] if ax.get_ylabel()} == {vocabulary.axis_label("score")}
 
 
-def test_geometry_size_names_each_panel_s_metric_on_its_y_axis(monkeypatch):
+def test_geometry_size_names_each_panel_s_metric_on_its_y_axis_in_the_vocabulary_s_words(monkeypatch):
+    from crossbert_eval.geometry import METRICS
+
     figures = _figures(monkeypatch)
-    geo = pd.DataFrame([{"objective": o, "size": s, "seed": 0, "params_non_embedding": p, "task": "SST-2", "metric": m, "score": v,
+    geo = pd.DataFrame([{"objective": o, "size": s, "seed": 0, "params_non_embedding": p, "task": "SST-2", "metric": m, "score": 1.0 + i,
                          "is_final": True, "is_last_layer": True}
-                        for o in ("mlm", "crossbert") for s, p in (("nano", 1e5), ("tiny", 4e5)) for m, v in (("rankme", 3.0), ("uniformity", -1.0))])  # fmt: skip
+                        for o in ("mlm", "crossbert") for s, p in (("nano", 1e5), ("tiny", 4e5)) for i, m in enumerate(METRICS)])  # fmt: skip
     plots.plot_geometry_size(geo, Path("unused"))
     named = {ax.get_title(): ax.get_ylabel() for ax in figures["geometry_size"].axes if ax.get_title()}
-    assert named == {"SST-2: rankme": "rankme", "SST-2: uniformity": "uniformity"}
+    assert named == {f"SST-2: {vocabulary.label(m)}": vocabulary.axis_label(m) for m in METRICS}
+    assert not any("_" in text for pair in named.items() for text in pair)  # no raw key such as dataset_entropy_normalised
+    assert vocabulary.axis_label("dataset_entropy") == "dataset entropy (nats)"
     (legend,) = figures["geometry_size"].legends
     assert [t.get_text() for t in legend.get_texts()] == ["crossbert", "mlm"] and legend.get_texts()[0].get_fontsize() >= 10
+
+
+def test_point_labels_are_readable_and_close_points_get_labels_that_do_not_cover_each_other():
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(4.6, 3.4), layout="constrained")
+    points = [(1e5, 50.0, "tiny-mlm"), (1e5, 50.4, "tiny-crossbert"), (1e5, 50.8, "tiny-third"), (1e7, 80.0, "MiniLM-L6")]
+    ax.plot([p[0] for p in points], [p[1] for p in points], "o")
+    plots.log_x_axis(ax)
+    ax.set_xlabel("x")
+    plots.label_points(ax, points)
+    fig.suptitle("a title\nand a caption")  # the layout shrinks the axes after the labels are placed
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    sizes = [t.get_fontsize() for t in ax.texts]
+    plt.close(fig)
+    assert sorted(boxes) == sorted(p[2] for p in points)
+    assert min(sizes) >= 9  # points: the 6- and 7-point labels were too small to read
+    names = sorted(boxes)
+    assert not [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if boxes[a].overlaps(boxes[b])]
+    assert boxes["MiniLM-L6"].x1 <= fig.bbox.width  # a point at the right edge is labelled on its left, inside the figure
+
+
+def test_the_collapse_plots_label_their_points_at_the_readable_size(sweep_root, monkeypatch):
+    from crossbert_eval.report.loading import load_scores
+
+    figures = _figures(monkeypatch)
+    plots.plot_collapse(tables.by_size(tables.summarise(load_scores(sweep_root))), sweep_root / "plots")
+    texts = [t for ax in figures["collapse"].axes for t in ax.texts]
+    assert {t.get_text() for t in texts} == set(SIZES) and all(t.get_fontsize() >= 9 for t in texts)
 
 
 def test_runs_with_one_checkpoint_get_one_line_on_sample_efficiency_not_empty_rows(sweep_root):

@@ -219,12 +219,9 @@ def test_an_objective_carries_its_own_model_options(tmp_path):
 @pytest.mark.parametrize("every_s, reports", [(0.0, 12), (3600.0, 1)])
 def test_the_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path, monkeypatch, every_s, reports):
 
-    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", f"report_every_s={every_s}"])
-    sweep, calls = Sweep(cfg), []
-    monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
-    monkeypatch.setattr(sweep, "evaluate_run", lambda run: calls.append(("probe", run.key)))
-    monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
+    sweep, calls = _stub_sweep(tmp_path, monkeypatch, f"report_every_s={every_s}")
     sweep.run()
+    assert calls[0] == ("baselines", None)  # before the first run: every report draws them
     assert [c for c, _ in calls].count("report") == reports and calls[-1] == ("report", None)
     assert [k for c, k in calls if c == "train"] == [k for c, k in calls if c == "probe"] == [r.key for r in sweep.runs]
 
@@ -386,13 +383,14 @@ def test_a_run_launched_through_submitits_local_executor_lands_in_the_store(tmp_
 
 
 def _stub_sweep(tmp_path: Path, monkeypatch, *overrides: str):
-    """The main job's plan (12 runs) in tmp_path, with training, probing and the report replaced by a log of calls."""
+    """The main job's plan (12 runs) in tmp_path, with training, probing, baselines and the report replaced by a log of calls."""
 
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", *overrides])
     sweep, calls = Sweep(cfg), []
     monkeypatch.setattr(sweep, "train_run", lambda run: calls.append(("train", run.key)))
     monkeypatch.setattr(sweep, "evaluate_run", lambda run: calls.append(("probe", run.key)))
     monkeypatch.setattr(sweep, "report", lambda: calls.append(("report", None)))
+    monkeypatch.setattr(sweep, "compute_baselines", lambda: calls.append(("baselines", None)))
     return sweep, calls
 
 

@@ -178,7 +178,7 @@ def test_our_presets_counted_from_the_model_match_the_config_accounting(objectiv
     import torch
 
     import crossbert_model as cm
-    from crossbert_model.config import PRESETS
+    from crossbert_model.presets import PRESETS
     from crossbert_model.objectives import config_from_preset, parameter_counts
 
     for preset in PRESETS:

@@ -5,6 +5,7 @@
     unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
     encoder_reliance.jsonl    one row per run: the encoder reliance of its final checkpoint (crossbert_model.reliance)
     skipped.jsonl             runs skipped for a worker's wall budget (crossbert_eval.wall_budget)
+    baselines/results.jsonl   chance, majority-class and TF-IDF rows of each probed task (crossbert_eval.baselines)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from crossbert_model.errors import CrossbertError
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import read_jsonl
 
+from ..baselines import baselines_path
 from ..results import RESULTS_FILE, normalise_row, probe_variant
 
 
@@ -98,6 +100,20 @@ def sweep_config(root: Path) -> dict:
     return read_yaml(root / "sweep.yaml") if (root / "sweep.yaml").is_file() else {}
 
 
+# summary.json's key for a limited sweep's notice (`crossbert sweep --limit N`), which its verdict prints first.
+SMOKE_TEST_KEY = "smoke_test"
+
+
+def smoke_notice(sweep: dict) -> str | None:
+    """What a limited sweep's report, summary.json and verdict say first (crossbert_eval.sweep.SweepConfig.limit);
+    None for a real sweep."""
+    limit = sweep.get("limit")
+    if not limit:
+        return None
+    return (f"SMOKE TEST (`crossbert sweep --limit {limit}`): every run trained a few steps and every probe split was "
+            f"capped at {limit} examples. Its numbers mean nothing; it shows only that every stage runs end to end.")
+
+
 def reference_objective(sweep: dict) -> str | None:
     """The objective every other is compared with: the sweep config's `reference_objective`, else the first
     objective it lists (None: no sweep config, no objective comparisons)."""
@@ -135,6 +151,21 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     for end in ("low", "high"):  # the bootstrap interval over evaluation examples, in points (mteb rows: none)
         scores[f"score_ci_{end}"] = 100 * pd.to_numeric(scores.get(f"ci_{end}", np.nan), errors="coerce")
     return scores
+
+
+def load_baselines(root: Path) -> pd.DataFrame:
+    """The folder's baseline rows (crossbert_eval.baselines), main metric, headline split, in points (`score`, `score_ci_low`,
+    `score_ci_high`); empty where none were computed."""
+    path = baselines_path(root)
+    packed = path.with_name(path.name + ".xz")
+    rows = read_jsonl(packed if packed.is_file() and not path.is_file() else path)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame = frame[frame["is_main"].astype(bool)]
+    frame = frame.assign(score=100 * frame["value"], score_ci_low=100 * frame["ci_low"], score_ci_high=100 * frame["ci_high"])
+    return headline_split(frame)[["task", "family", "split", "baseline", "probe", "metric", "score", "score_ci_low", "score_ci_high",
+                                  "n_train", "n_eval"]].reset_index(drop=True)  # fmt: skip
 
 
 def load_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from crossbert_model.utils import read_jsonl
 
 from ..results import RESULTS_FILE, duplicate_units
 from .plots import Plot
-from .tables import centring_table
+from .tables import baseline_label, centring_table
 from .vocabulary import header_labels
 
 log = logging.getLogger("crossbert_eval.report")
@@ -131,3 +131,38 @@ def render_html(markdown: str, title: str = "sweep report") -> str:
     body = _markdown_parser().render(markdown)
     return (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}</body></html>\n")  # fmt: skip
+
+
+def with_baseline_rows(shown: pd.DataFrame, baseline_rows: pd.DataFrame) -> pd.DataFrame:
+    """A summary table with the baselines' rows under its models (`objective` = baseline), in the columns they stand beside."""
+    if baseline_rows.empty:
+        return shown
+    return pd.concat([shown, baseline_rows[[c for c in baseline_rows.columns if c in shown.columns]]], ignore_index=True)
+
+
+def baselines_section(baselines: pd.DataFrame, uninformative: dict[str, str]) -> list[str]:
+    """What each task's scores are read against (crossbert_eval.baselines), and which tasks separate nothing here."""
+    if baselines.empty:
+        return ["## Baselines", "", "None computed for this folder (`crossbert baselines FOLDER` adds them).", ""]
+    table = baselines.assign(baseline=[baseline_label(b, p) for b, p in zip(baselines["baseline"], baselines["probe"])])
+    table = table[["task", "split", "metric", "baseline", "score", "score_ci_low", "score_ci_high", "n_train", "n_eval"]]
+    lines = ["## Baselines", "",
+             "What needs no encoder, on the probes' own splits (crossbert_eval/baselines.py): chance (uniform guesses; interval: "
+             "the central 95% of 200 draws), the majority class of the training split, and TF-IDF word uni- and bigrams with "
+             "the same linear probe (and, on STS, their cosine); intervals of the last two: the bootstrap over evaluation "
+             "examples. They are drawn as horizontal lines on the score plots and listed under the models in the tables.", "",
+             markdown_table(table), ""]  # fmt: skip
+    if uninformative:
+        lines += ["**Uninformative here, left out of every average:** " + "; ".join(uninformative.values()) + ".", ""]
+    return lines
+
+
+def averages_sentence(averaged: dict[str, list[str]], redundant: list[str]) -> str:
+    """What each average column of a table averages, by name; the columns left out as redundant said once."""
+    from .vocabulary import label
+
+    shown = [f"{label(c)}: {', '.join(tasks)}" for c, tasks in averaged.items() if ":" not in c and c not in redundant]
+    parts = [f"Averages (last layer, main metric) over: {'; '.join(shown)}." if shown else "No average over several tasks."]
+    if redundant:
+        parts.append(f"Not shown: {', '.join(label(c) for c in redundant)} (each equals a column shown).")
+    return " ".join(parts)

@@ -21,6 +21,10 @@ from .loading import headline_split
 MIN_SEEDS_FOR_STD = 3
 BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
          "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
+# How a caption says "none": a figure whose every point has it has no error bars; beside bars of other kinds, its
+# points are the exception (band_caption).
+NO_BARS = "no error bars (1 seed, no interval)"
+NONE_BESIDE_BARS = "none on points of 1 seed without an interval"
 
 
 def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
@@ -53,9 +57,13 @@ def _band(seeds: int, row: pd.Series) -> str:
 
 
 def band_caption(bands) -> str:
-    """What the error bars of a figure are, from the bands of the lines it draws."""
+    """What the error bars of a figure are, from the bands of the lines it draws: one statement per kind drawn, and
+    where some points have no bar, which ones (never "an interval" and "no interval" of the same points)."""
     kinds = [b for b in BANDS if b in set(bands)]
-    return "error bars: " + ("; ".join(BANDS[k] for k in kinds) if kinds else "none")
+    drawn = [BANDS[k] for k in kinds if k != "none"]
+    if not drawn:
+        return NO_BARS if kinds else "no error bars"
+    return "error bars: " + "; ".join(drawn + ([NONE_BESIDE_BARS] if "none" in kinds else []))
 
 
 # Why a comparison has no test (its `noise` column; `test` says "none").
@@ -67,52 +75,53 @@ UNTESTED = {
 }
 
 
-def _pair_values(rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
-    """One row per key present on both sides: a_values / b_values, the per-seed scores of each side."""
+def _pair_values(rows: pd.DataFrame, keys: list[str], side_col: str, first, second) -> pd.DataFrame:
+    """One row per key present on both sides: first_values / second_values, the per-seed scores of each side."""
     per_seed = rows.groupby([*keys, side_col, "seed"], dropna=False)["score"].mean().reset_index()
     sides = per_seed.groupby([*keys, side_col], dropna=False)["score"].agg(list).rename("values").reset_index()
-    left = sides[sides[side_col] == a].drop(columns=side_col).set_index(keys).add_prefix("a_")
-    right = sides[sides[side_col] == b].drop(columns=side_col).set_index(keys).add_prefix("b_")
+    left, right = (sides[sides[side_col] == value].drop(columns=side_col).set_index(keys).add_prefix(f"{side}_")
+                   for side, value in zip(SIDES, (first, second)))  # fmt: skip
     return left.join(right, how="inner").reset_index()
 
 
-def _with_units(pairs: pd.DataFrame, rows: pd.DataFrame, keys: list[str], side_col: str, a, b) -> pd.DataFrame:
-    """a_unit / b_unit / metric: the one result row behind each side of a pair, where it is one row (one
+def _with_units(pairs: pd.DataFrame, rows: pd.DataFrame, keys: list[str], side_col: str, first, second) -> pd.DataFrame:
+    """first_unit / second_unit / metric: the one result row behind each side of a pair, where it is one row (one
     seed, one pooling); what a paired comparison needs."""
     if "unit" not in rows.columns or pairs.empty:
         return pairs
     groups = rows.groupby([*keys, side_col], dropna=False)
     single = groups[["unit", "metric"]].first()[groups.size() == 1]
     out = pairs.copy()
-    for side, value in (("a", a), ("b", b)):
+    for side, value in zip(SIDES, (first, second)):
         found = [single.loc[k] if k in single.index else None for k in (tuple(r[keys]) + (value,) for _, r in pairs.iterrows())]
         out[f"{side}_unit"] = [f["unit"] if f is not None else None for f in found]
-        if side == "a":  # both sides: the same task and probe, so the same main metric
+        if side == "first":  # both sides: the same task and probe, so the same main metric
             out["metric"] = [f["metric"] if f is not None else None for f in found]
     return out
 
 
-def _seed_test(a: list, b: list) -> dict:
-    """Welch's test over seeds (stats.welch) where both sides have two or more seeds; else why there is none."""
-    if min(len(a), len(b)) < 2:
-        return {"test": "none", "noise": UNTESTED["mixed" if max(len(a), len(b)) > 1 else "models"]}
-    w = S.welch(a, b)
+def _seed_test(first: list, second: list) -> dict:
+    """Welch's test over seeds (stats.welch) of first - second where both sides have two or more seeds; else why
+    there is none."""
+    if min(len(first), len(second)) < 2:
+        return {"test": "none", "noise": UNTESTED["mixed" if max(len(first), len(second)) > 1 else "models"]}
+    w = S.welch(second, first)  # stats.welch tests mean(b) - mean(a)
     if np.isnan(w.p):
         return {"test": "none", "noise": UNTESTED["constant"]}
-    return {"test": f"{S.WELCH} ({len(a)} vs {len(b)})", "noise": S.SEED_NOISE, "p_value": float(w.p),
+    return {"test": f"{S.WELCH} ({len(first)} vs {len(second)})", "noise": S.SEED_NOISE, "p_value": float(w.p),
             "diff_ci_low": float(w.ci_low), "diff_ci_high": float(w.ci_high)}  # fmt: skip
 
 
 def seed_tests(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Each pair's means, spreads and seeds, its difference (b - a) and its test over seeds."""
+    """Each pair's means, spreads and seeds, its difference (first - second) and its test over seeds."""
     out = pairs.copy()
-    for side in ("a", "b"):
+    for side in SIDES:
         values = out[f"{side}_values"]
         out[f"{side}_mean"] = [float(np.mean(v)) for v in values]
-        out[f"{side}_std"] = [float(np.std(v, ddof=1)) if len(v) > 1 else np.nan for v in values]
+        out[f"{side}_mean_std"] = [float(np.std(v, ddof=1)) if len(v) > 1 else np.nan for v in values]
         out[f"{side}_seeds"] = [len(v) for v in values]
-    out["diff"] = out["b_mean"] - out["a_mean"]
-    tests = pd.DataFrame([_seed_test(a, b) for a, b in zip(out["a_values"], out["b_values"])], index=out.index)
+    out["diff"] = out["first_mean"] - out["second_mean"]
+    tests = pd.DataFrame([_seed_test(f, s) for f, s in zip(out["first_values"], out["second_values"])], index=out.index)
     return out.join(tests.reindex(columns=["test", "noise", "p_value", "diff_ci_low", "diff_ci_high"]))
 
 
@@ -121,17 +130,17 @@ def paired_tests(table: pd.DataFrame, predictions) -> pd.DataFrame:
     of the difference over its evaluation examples (probes.bootstrap_diff; in points): evaluation noise only.
     `predictions(unit)` -> (labels, predictions) or None. Two different models with one seed each stay untested."""
     out = table.copy()
-    one_seed = (out["a_seeds"] == 1) & (out["b_seeds"] == 1) & out["within_model"]
+    one_seed = (out["first_seeds"] == 1) & (out["second_seeds"] == 1) & out["within_model"]
     out.loc[one_seed, "noise"] = UNTESTED["predictions"]
-    if predictions is None or "a_unit" not in out.columns:
+    if predictions is None or "first_unit" not in out.columns:
         return out
     from ..probes import bootstrap_diff  # here: probes imports FAISS and scikit-learn, which a report rarely needs
 
     for i, row in out[one_seed].iterrows():
-        a, b = (predictions(u) if pd.notna(u) else None for u in (row["a_unit"], row["b_unit"]))
-        if a is None or b is None or not np.array_equal(a[0], b[0]):
+        first, second = (predictions(u) if pd.notna(u) else None for u in (row["first_unit"], row["second_unit"]))
+        if first is None or second is None or not np.array_equal(first[0], second[0]):
             continue
-        d = bootstrap_diff(row["metric"], a[0], a[1], b[1])
+        d = bootstrap_diff(row["metric"], second[0], second[1], first[1])  # score(b) - score(a): first - second
         out.loc[i, ["diff_ci_low", "diff_ci_high", "p_value"]] = 100 * d.low, 100 * d.high, d.p
         out.loc[i, ["test", "noise"]] = S.PAIRED, S.EVALUATION_NOISE
     return out
@@ -148,8 +157,33 @@ def family_verdicts(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "a_mean", "b_mean", "diff", "diff_ci_low", "diff_ci_high",
-                      "a_std", "b_std", "a_seeds", "b_seeds", "test", "noise", "p_value", "p_adjusted", "verdict"]  # fmt: skip
+# A comparison's two sides, in the order its label names them: the row "crossbert - mlm" has `first` = crossbert and
+# `second` = mlm, its first_* columns are crossbert's, and diff = first_mean - second_mean (the test and its interval
+# are of that same difference). `x_std` beside `x`: the page shows them as one "mean ± std" cell (markdown_table).
+# Every writer and reader of the comparison table goes by these names.
+SIDES = ("first", "second")
+COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "first", "second", "first_mean", "second_mean", "diff",
+                      "diff_ci_low", "diff_ci_high", "first_mean_std", "second_mean_std", "first_seeds", "second_seeds", "test", "noise",
+                      "p_value", "p_adjusted", "verdict"]  # fmt: skip
+# How a row reads, said once on the page above the table (methods_paragraph).
+READING = ("Each row reads as its comparison's label, first side minus second: in \"last layer - layer 0\", `first` is "
+           "the last layer and `second` layer 0, and the difference (\"first - second\"; `diff` in tables/comparisons.csv) is "
+           "the first side's mean minus the second's, with its test and interval")
+# The columns of tables written before the sides were named in the label's order: `b` was the label's first side and
+# `a` its second (diff = b_mean - a_mean). read_comparisons renames them, so committed tables read as new ones.
+OLD_SIDE_COLUMNS = {f"{old}_{stat}": f"{new}_{now}" for old, new in (("b", "first"), ("a", "second"))
+                    for stat, now in (("mean", "mean"), ("std", "mean_std"), ("seeds", "seeds"))}  # fmt: skip
+
+
+def read_comparisons(path) -> pd.DataFrame:
+    """A comparison table (tables/comparisons.csv) in COMPARISON_COLUMNS' names, whichever code wrote it; an old
+    table's side names (`first`, `second`) are read back from its labels."""
+    table = pd.read_csv(path).rename(columns=OLD_SIDE_COLUMNS)
+    if "first" not in table:
+        sides = [(row["size"].split(" -> ")[::-1] if row["comparison"] in ACROSS_SIZES else row["comparison"].split(" - ", 1))
+                 for _, row in table.iterrows()]  # fmt: skip
+        table["first"], table["second"] = [s[0] for s in sides], [s[-1] for s in sides]
+    return table[[*(c for c in COMPARISON_COLUMNS if c in table), *(c for c in table if c not in COMPARISON_COLUMNS)]]
 
 
 # The scaling question: one objective at the next size up against the size below (last layer, final checkpoints).
@@ -180,14 +214,15 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
     by_objective = final[final["is_last_layer"]]
     keys = ["size", "params_non_embedding", "task", "probe"]
     for other in sorted(set(by_objective["objective"]) - {reference}) if reference in set(by_objective["objective"]) else []:
-        pairs = _with_units(_pair_values(by_objective, keys, "objective", reference, other), by_objective, keys, "objective", reference, other)
+        pairs = _pair_values(by_objective, keys, "objective", other, reference)
+        pairs = _with_units(pairs, by_objective, keys, "objective", other, reference)
         if len(pairs):
-            parts.append(pairs.assign(comparison=f"{other} - {reference}", a=reference, b=other, within_model=False))
+            parts.append(pairs.assign(comparison=f"{other} - {reference}", first=other, second=reference, within_model=False))
     ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
     keys = ["objective", "size", "params_non_embedding", "task", "probe"]
-    pairs = _with_units(_pair_values(ends, keys, "end", "layer 0", "last layer"), ends, keys, "end", "layer 0", "last layer")
+    pairs = _with_units(_pair_values(ends, keys, "end", "last layer", "layer 0"), ends, keys, "end", "last layer", "layer 0")
     if len(pairs):
-        parts.append(pairs.assign(comparison="last layer - layer 0", a="layer 0", b="last layer", within_model=True))
+        parts.append(pairs.assign(comparison="last layer - layer 0", first="last layer", second="layer 0", within_model=True))
     if across_sizes:
         parts += _size_pairs(by_objective)
         parts += _size_pairs(collapse_gaps(final), COLLAPSE_COMPARISON)
@@ -221,9 +256,9 @@ def _size_pairs(last_layer: pd.DataFrame, comparison: str = SIZE_COMPARISON) -> 
     for objective, rows in last_layer.groupby("objective"):
         params = rows.groupby("size")["params_non_embedding"].max().sort_values()
         for smaller, larger in zip(params.index, params.index[1:]):
-            pairs = _with_units(_pair_values(rows, keys, "size", smaller, larger), rows, keys, "size", smaller, larger)
+            pairs = _with_units(_pair_values(rows, keys, "size", larger, smaller), rows, keys, "size", larger, smaller)
             if len(pairs):
-                parts.append(pairs.assign(comparison=comparison, size=f"{smaller} -> {larger}", a=smaller, b=larger,
+                parts.append(pairs.assign(comparison=comparison, size=f"{smaller} -> {larger}", first=larger, second=smaller,
                                           params_non_embedding=params[larger], within_model=False))  # fmt: skip
     return parts
 
@@ -258,8 +293,8 @@ def plateau_verdicts(table: pd.DataFrame, plateau: pd.DataFrame | None) -> pd.Da
         return table
     out = table.copy()
     for i, row in out.iterrows():
-        sizes = [row["a"], row["b"]] if row["comparison"] in ACROSS_SIZES else [row["size"]]
-        objectives = [row["objective"]] if row["objective"] else [row["a"], row["b"]]
+        sizes = [row["first"], row["second"]] if row["comparison"] in ACROSS_SIZES else [row["size"]]
+        objectives = [row["objective"]] if row["objective"] else [row["first"], row["second"]]
         failing: dict[str, set] = {}
         for size in sizes:
             for rule, runs in failing_runs(plateau, size, objectives).items():
@@ -316,7 +351,7 @@ def verdict_summary(table: pd.DataFrame, plateau: pd.DataFrame | None) -> dict:
     family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
     return {"comparisons": kinds, "runs_failing": {rule: runs for rule, runs in failing.items() if runs},
             "error_rate": f"{S.CORRECTION}, false-discovery rate {S.ALPHA:g}, over {family} tested comparisons",
-            "power": power_sentence([S.POWER_SEEDS], family) if family else "no comparison tested"}  # fmt: skip
+            "power": power_sentence([S.POWER_SEEDS], family) if family else "No comparison tested."}  # fmt: skip
 
 
 def verdict_lines(summary: dict) -> list[str]:
@@ -338,11 +373,22 @@ def verdict_lines(summary: dict) -> list[str]:
     return lines
 
 
+def withheld_notice(summary: dict) -> str | None:
+    """The line a figure carries when the verdict withholds comparisons (plots.figure_notice); None when none is."""
+    kinds = summary.get("comparisons", {})
+    compared = sum(k["compared"] for k in kinds.values())
+    withheld = {rule: sum(k["withheld"].get(rule, 0) for k in kinds.values()) for rule in RUN_RULES}
+    if not any(withheld.values()):
+        return None
+    why = "; ".join(f"{n} with a run {RUN_RULES[rule]}" for rule, n in withheld.items() if n)
+    return f"Comparisons withheld ({why}; {compared} compared): differences drawn here are not evidence either way"
+
+
 def methods_paragraph(table: pd.DataFrame) -> str:
     """How the report decides (crossbert_eval.stats): the tests, alpha, the correction and its family, and the power."""
     family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
     text = (
-        f"**Method.** With two or more seeds per side: {S.WELCH}, two-sided, unequal variances ({S.SEED_NOISE}; "
+        f"**Method.** {READING}. With two or more seeds per side: {S.WELCH}, two-sided, unequal variances ({S.SEED_NOISE}; "
         f"`diff_ci_low` / `diff_ci_high`: its uncorrected {1 - S.ALPHA:.0%} interval of the difference). With one seed: two "
         f"scores of the same pre-trained model on one evaluation set (layer 0 and the last layer) by the {S.PAIRED}, labelled "
         f"`{S.EVALUATION_NOISE}`; two different models with one seed each are not tested. Multiple comparisons: "
@@ -351,7 +397,8 @@ def methods_paragraph(table: pd.DataFrame) -> str:
         f"is at most {S.ALPHA:g}. When no difference is real this bounds the chance of any false call at {S.ALPHA:g} "
         "(tests/test_stats.py measures it over simulated reports)."
     )
-    seeds = sorted({int(min(a, b)) for a, b, t in zip(table["a_seeds"], table["b_seeds"], table["test"]) if str(t).startswith(S.WELCH)}
+    sides = zip(table["first_seeds"], table["second_seeds"], table["test"])
+    seeds = sorted({int(min(f, s)) for f, s, t in sides if str(t).startswith(S.WELCH)}
                    ) if len(table) else []  # fmt: skip
     return f"{text} {power_sentence(sorted({S.POWER_SEEDS, *seeds}), family)}" if seeds else text
 

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,7 @@ from crossbert_model.plateau import unigram_entropy_key_for
 
 from .loading import headline_split
 from .noise import band_caption, seed_bands, size_bands
-from .tables import TRAINING_AXES, loss_curves, several_checkpoints
+from .tables import TRAINING_AXES, baseline_label, baselines_beside, loss_curves, several_checkpoints
 from .vocabulary import SCORE_UNIT, average_title, axis_label, label, panel_title
 
 # Reds for flat MLM, blue / green for CrossBERT with / without CMS (the objective names of configs/sweep/*.yaml).
@@ -57,8 +60,26 @@ def error_bars(bands: pd.DataFrame):
     return np.clip(np.vstack([bands["err_low"].fillna(0).to_numpy(), bands["err_high"].fillna(0).to_numpy()]), 0, None)
 
 
+# A line every figure saved inside `figure_notice(text)` carries at its top, in red: what the report's verdict withholds,
+# so a figure copied out of the report still says that its lines are not evidence.
+_NOTICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("figure_notice", default=None)
+
+
+@contextlib.contextmanager
+def figure_notice(text: str | None):
+    token = _NOTICE.set(text)
+    try:
+        yield
+    finally:
+        _NOTICE.reset(token)
+
+
 def save_figure(fig, out: Path, name: str, caption: str = "") -> list[Plot]:
     """Write `fig` as out/name.png and .svg and close it; a list, so plot functions add up their plots."""
+    notice = _NOTICE.get()
+    if notice:
+        width = max(40, int(fig.get_figwidth() * 11))  # characters a line at 11 pt holds across the figure
+        fig.text(0.5, 1.0, textwrap.fill(notice, width), ha="center", va="bottom", color="#b00000", fontsize=11, fontweight="bold")
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("png", "svg")}
     for path in paths.values():
@@ -74,10 +95,43 @@ def _lines(ax, table: pd.DataFrame, x: str, y: str, colors: Mapping[str, str]) -
         sub = size_bands(sub.sort_values(x), y)
         bands |= set(sub["band"])
         ax.errorbar(sub[x], sub[y], yerr=error_bars(sub), marker="o", capsize=3, color=color_for(objective, colors), label=objective)
-        for _, row in sub.iterrows():
-            ax.annotate(row["size"], (row[x], row[y]), textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
     ax.margins(x=0.08, y=0.12)  # room for the size labels inside the frame
     return bands
+
+
+POINT_LABEL_FONT = 9  # the name beside a point (a size, a model), in points: readable next to 10-point axis labels
+LABEL_GAP = 1.3  # lines of POINT_LABEL_FONT between two labels that would otherwise overlap
+
+
+def label_points(ax, points) -> None:
+    """Write each (x, y, text) beside its point at POINT_LABEL_FONT: right of it, or left in the axis's right quarter
+    (the frame's edge); a label that would cover another one (close on the page in both directions) moves up past
+    it. Call once the axis's scale and limits are final (after log_x_axis): it measures distances on the page."""
+    fig = ax.figure
+    box = ax.get_position()  # before the layout's titles, labels and legend take their room: shrunk on purpose, as a
+    # smaller axes on the page only finds more collisions and leaves wider gaps between the labels it moves
+    shrink = 0.7
+    width, height = (shrink * box.width * fig.get_figwidth() * 72, shrink * box.height * fig.get_figheight() * 72)  # in points
+    to_axes = ax.transData + ax.transAxes.inverted()
+    placed: list[tuple[float, float, float]] = []  # left, right, height on the page of each label written
+    for x, y, text in sorted((p for p in points if pd.notna(p[0]) and pd.notna(p[1])), key=lambda p: p[1]):
+        ax_x, ax_y = to_axes.transform((x, y))
+        left = ax_x > 0.75
+        span = 0.6 * POINT_LABEL_FONT * len(str(text))
+        start = ax_x * width + (-5 - span if left else 5)
+        level = ax_y * height
+        for l0, r0, y0 in sorted(placed, key=lambda b: b[2]):
+            if start < r0 and l0 < start + span and abs(level - y0) < LABEL_GAP * POINT_LABEL_FONT:
+                level = y0 + LABEL_GAP * POINT_LABEL_FONT
+        placed.append((start, start + span, level))
+        ax.annotate(str(text), (x, y), textcoords="offset points", xytext=(-5 if left else 5, level - ax_y * height), va="center",
+                    ha="right" if left else "left", fontsize=POINT_LABEL_FONT, color="#333",
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})  # fmt: skip
+
+
+def size_points(table: pd.DataFrame, x: str, y: str) -> list[tuple]:
+    """(x, y, size) of every row: the points _lines draws, named by their size."""
+    return list(zip(table[x], table[y], table["size"])) if y in table else []
 
 
 LEGEND_FONT = 10  # legends at the size of the axis labels: readable, not a strip of small print
@@ -124,7 +178,7 @@ def pyplot():
 
 
 def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, averaged: Mapping[str, list[str]] | None = None,
-                  ) -> list[Plot]:  # fmt: skip
+                  baselines: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
     """Score against size and against compute, a column of panels per score; `averaged` (tables.averaged_tasks): the
     tasks behind each average column, so a panel is titled by what it holds."""
     plt = pyplot()
@@ -138,7 +192,11 @@ def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OB
         for i, x in enumerate(("params_non_embedding", "train_flops")):
             ax = axes[i, j]
             bands |= _lines(ax, sizes, x, col, colors)
+            if baselines is not None and not baselines.empty:
+                draw_levels(ax, average_levels(baselines, list((averaged or {}).get(col, [])), col.split("_", 1)[-1]))
+            floor_span(ax)
             log_x_axis(ax)
+            label_points(ax, size_points(sizes, x, col))
             ax.set_xlabel(axis_label(x))
             ax.set_ylabel(axis_label("score"))  # the panel's title names the score
             ax.grid(alpha=0.3)
@@ -154,7 +212,7 @@ COLLAPSE_PROBES = ("linear", "cosine", "knn")
 
 
 def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Path,
-                         colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:  # fmt: skip
+                         colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
     """The paper's Figure 1 view: per task, each objective's last-layer score (solid) and best-layer score (dashed)
     against non-embedding parameters, error bars the std over seeds; a last layer that falls away from the best as size
     grows is collapse (the gap is tested in the report's comparisons)."""
@@ -179,8 +237,11 @@ def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Pa
                 std = sub[f"{column}_std"] if f"{column}_std" in sub else None
                 ax.errorbar(sub["params_non_embedding"], sub[column], yerr=None if std is None else std.fillna(0), marker="o",
                             capsize=3, linestyle=style, color=color_for(objective, colors), label=f"{objective}, {what}")  # fmt: skip
+        if baselines is not None and not baselines.empty:
+            draw_levels(ax, baseline_levels(baselines, task, probe))
+        floor_span(ax)
         log_x_axis(ax)
-        ax.set_title(f"{task} ({probe})")
+        ax.set_title(panel_title(task, probe))
         ax.set_xlabel(axis_label("params_non_embedding"))
         ax.set_ylabel(axis_label("score"))
         ax.grid(alpha=0.3)
@@ -210,10 +271,39 @@ def plateau_levels(checkpoints: pd.DataFrame, loss: str, colors: Mapping[str, st
     return [(float(v), f"{PLATEAU_LABEL}, {objective}", color_for(objective, colors)) for objective, v in values.items()]
 
 
-def _draw_levels(ax, levels: list[tuple[float, str, str]]) -> None:
+def draw_levels(ax, levels: list[tuple[float, str, str]]) -> None:
     """Horizontal reference lines, dash-dot-dot: a style no size's line has (SIZE_STYLES)."""
     for y, name, color in levels:
         ax.axhline(y, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=name)
+
+
+BASELINE_COLORS = {"chance": "#9e9e9e", "majority": "#000000", "tfidf": "#8c564b"}
+# A score panel spans at least this many points, its baselines included: noise of a point or two must not fill the frame.
+MIN_SCORE_SPAN = 10.0
+
+
+def baseline_levels(baselines: pd.DataFrame, task: str, probe: str) -> list[tuple[float, str, str]]:
+    """The horizontal lines of a (task, probe) score panel: its baselines (tables.baselines_beside), in points."""
+    rows = baselines_beside(baselines, task, probe)
+    return [(float(r.score), baseline_label(r.baseline, r.probe), BASELINE_COLORS.get(r.baseline, UNLISTED_COLOR))
+            for r in rows.itertuples()]  # fmt: skip
+
+
+def average_levels(baselines: pd.DataFrame, tasks: list[str], probe: str) -> list[tuple[float, str, str]]:
+    """The baselines of an average panel: each baseline's mean over the averaged tasks, where every one of them has it."""
+    per_task = [{name: (y, color) for y, name, color in baseline_levels(baselines, t, probe)} for t in tasks]
+    if not per_task:
+        return []
+    shared = [name for name in per_task[0] if all(name in p for p in per_task)]
+    return [(float(np.mean([p[name][0] for p in per_task])), name, per_task[0][name][1]) for name in shared]
+
+
+def floor_span(ax, span: float = MIN_SCORE_SPAN) -> None:
+    """Widen the y axis to at least `span` around what it shows, so that a spread of a point is drawn as one."""
+    low, high = ax.get_ylim()
+    if high - low < span:
+        middle = (low + high) / 2
+        ax.set_ylim(middle - span / 2, middle + span / 2)
 
 
 def plot_loss_vs_probe(summary: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
@@ -258,11 +348,12 @@ SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("-
 
 def panel_grid(
     df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str | None = None,
-    log_x: bool = False, levels: dict | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
+    log_x: bool = False, levels: dict | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS, min_span: float | None = None,
 ) -> list[Plot]:  # fmt: skip
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
     marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title.
-    `levels`: {panel key: [(y, label, colour)]}, horizontal reference lines (plateau_levels)."""
+    `levels`: {panel key: [(y, label, colour)]}, horizontal reference lines (plateau_levels, baseline_levels); `min_span`:
+    the least height of a panel's y axis (floor_span)."""
     plt = pyplot()
     if df.empty:
         return []
@@ -282,12 +373,14 @@ def panel_grid(
             style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
             ax.errorbar(line[x], line["mean"], yerr=error_bars(line), ls=style, marker=marker, ms=4, capsize=2, color=color_for(objective, colors),
                         label=f"{objective} {size}")  # fmt: skip
-        _draw_levels(ax, (levels or {}).get((first, second), []))
+        draw_levels(ax, (levels or {}).get((first, second), []))
+        if min_span:
+            floor_span(ax, min_span)
         if log_x:
             log_x_axis(ax)
         ax.set_title(_panel_name(panel, first, second, sub), fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel or (second if panel[1] == "metric" else axis_label("score")))
+        ax.set_ylabel(ylabel or axis_label(second if panel[1] == "metric" else "score"))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -307,23 +400,30 @@ def _panel_name(panel: tuple, first, second, rows: pd.DataFrame) -> str:
         return panel_title(first, second, rows["metric"].iloc[0] if "metric" in rows else None)
     if panel[0] == "loss":
         return f"{label(first)}\n({second})"
-    return f"{first}: {second}"
+    return f"{first}: {label(second)}"
 
 
-def plot_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
+def score_levels(scores: pd.DataFrame, baselines: pd.DataFrame | None) -> dict:
+    """{(task, probe): baseline lines} of every score panel."""
+    if baselines is None or baselines.empty or scores.empty:
+        return {}
+    return {(task, probe): baseline_levels(baselines, task, probe) for task, probe in scores[["task", "probe"]].drop_duplicates().itertuples(index=False)}
+
+
+def plot_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:
     final = headline_split(scores[scores["is_main"] & scores["is_final"]])
     return panel_grid(final, "relative_depth", axis_label("relative_depth"), "Layer-wise frozen probe score (final checkpoints)", out,
-                      "layerwise", colors=colors)  # fmt: skip
+                      "layerwise", colors=colors, levels=score_levels(final, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
 
 
-def plot_training(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
+def plot_training(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:
     last = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
     if not several_checkpoints(last):
         return []
     plots = []
     for x, (suffix, log_x) in TRAINING_AXES.items():
         plots += panel_grid(last, x, axis_label(x), "Frozen probe score along training (last layer)", out, f"training{suffix}", log_x=log_x,
-                            colors=colors)  # fmt: skip
+                            colors=colors, levels=score_levels(last, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
     return plots
 
 
@@ -380,9 +480,9 @@ def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] =
             drawn |= set(line["band"])
             ax.errorbar(line["params_non_embedding"], line["mean"], yerr=error_bars(line), marker="o", capsize=3, color=color_for(objective, colors), label=objective)
         log_x_axis(ax)
-        ax.set_title(f"{task}: {metric}", fontsize=10)
+        ax.set_title(f"{task}: {label(metric)}", fontsize=10)
         ax.set_xlabel(axis_label("params_non_embedding"))
-        ax.set_ylabel(metric)
+        ax.set_ylabel(axis_label(metric))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")

@@ -21,14 +21,15 @@ from crossbert_model.reliance import ENCODER_RELIANCE_SHARE
 from crossbert_model.utils import atomic_write_text, json_text, provenance
 
 from ..results import RESULTS_FILE, ResultsStore
-from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
-                      results_path, sweep_config)  # fmt: skip
-from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
-from .noise import comparisons, methods_paragraph, noise_paragraph, verdict_lines, verdict_summary
-from .plots import (Plot, check_plot_names, plot_collapse, plot_collapse_layers, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
+from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_baselines, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
+                      results_path, smoke_notice, sweep_config, SMOKE_TEST_KEY)  # fmt: skip
+from .markdown import (averages_sentence, baselines_section, centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html,
+                       with_baseline_rows)  # fmt: skip
+from .noise import comparisons, methods_paragraph, noise_paragraph, verdict_lines, verdict_summary, withheld_notice
+from .plots import (Plot, check_plot_names, figure_notice, plot_collapse, plot_collapse_layers, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
-from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
-                     several_checkpoints, summarise)  # fmt: skip
+from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, baseline_rows, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
+                     redundant_averages, several_checkpoints, summarise, uninformative_tasks)  # fmt: skip
 
 log = logging.getLogger("crossbert_eval.report")
 
@@ -36,11 +37,11 @@ log = logging.getLogger("crossbert_eval.report")
 # Each plot of a sweep report by name, with the function that draws it (training, losses and geometry_training draw
 # two files each: against tokens and against FLOPs, the second suffixed _flops).
 SWEEP_PLOTS = {
-    "collapse": lambda d: plot_collapse(d.sizes, d.out, averaged=d.averaged),
+    "collapse": lambda d: plot_collapse(d.sizes, d.out, averaged=d.averaged, baselines=d.baselines),
     "loss_vs_probe": lambda d: plot_loss_vs_probe(d.summary, d.out, d.checkpoints, averaged=d.averaged),
-    "collapse_layers": lambda d: plot_collapse_layers(layer_best(d.scores), d.sizes, d.out),
-    "layerwise": lambda d: plot_layerwise(d.scores, d.out),
-    "training": lambda d: plot_training(d.scores, d.out),
+    "collapse_layers": lambda d: plot_collapse_layers(layer_best(d.scores), d.sizes, d.out, baselines=d.baselines),
+    "layerwise": lambda d: plot_layerwise(d.scores, d.out, baselines=d.baselines),
+    "training": lambda d: plot_training(d.scores, d.out, baselines=d.baselines),
     "losses": lambda d: plot_losses(d.checkpoints, d.out),
     "geometry_depth": lambda d: plot_geometry_depth(d.geo, d.out),
     "geometry_size": lambda d: plot_geometry_size(d.geo, d.out),
@@ -65,7 +66,9 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
         return None
     tables = root / "tables"
     tables.mkdir(parents=True, exist_ok=True)
-    summary = summarise(scores)
+    baselines = load_baselines(root)
+    uninformative = uninformative_tasks(scores, baselines)
+    summary = summarise(scores, uninformative)
     sizes = by_size(summary)
     geo = load_geometry(root, rows)
     checkpoints = load_checkpoints(root)
@@ -79,14 +82,24 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
         "geometry": geometry_seed_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
         "skipped": skipped_runs(root, checkpoints),
+        "baselines": baselines,
     }
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
         df.to_csv(tables / f"{name}.csv", index=False)
         df.to_parquet(tables / f"{name}.parquet", index=False)
-    data = SimpleNamespace(sizes=sizes, summary=summary, scores=scores, checkpoints=checkpoints, geo=geo, averaged=averaged_tasks(scores),
-                           out=root / "plots")  # fmt: skip
-    drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    averaged = averaged_tasks(scores, uninformative)
+    data = SimpleNamespace(sizes=sizes, summary=summary, scores=scores, checkpoints=checkpoints, geo=geo, averaged=averaged,
+                           baselines=baselines, out=root / "plots")  # fmt: skip
     verdict = verdict_summary(extras["comparisons"], plateau)
+    with figure_notice(withheld_notice(verdict)):
+        drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    extras["uninformative"] = uninformative
+    extras["redundant"] = redundant_averages(averaged)
+    extras["averaged"] = averaged
+    extras["baseline_rows"] = baseline_rows([c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c)
+                                             and not c.endswith(("_std", "_min", "_max"))], baselines, averaged)  # fmt: skip
+    notice = smoke_notice(sweep_config(root))
+    verdict = {SMOKE_TEST_KEY: notice, **verdict} if notice else verdict
     atomic_write_text(root / "summary.json", json_text(verdict, indent=2) + "\n")
     extras["verdict"] = verdict
     md = render_sweep_markdown(root, sizes, summary, scores, drawn, duplicates_warning(rows), extras)
@@ -106,15 +119,18 @@ def render_sweep_markdown(
     with_std = [x for c in score_cols for x in (c, f"{c}_std")]
     losses = [c for c in LOSS_COLUMNS if c in sizes.columns]
     shown = sizes[["objective", "size", "params_non_embedding", "train_flops", *losses, *with_std, "seeds"]]
+    shown = shown.drop(columns=[x for c in extras.get("redundant", []) for x in (c, f"{c}_std")], errors="ignore")
     best_layers = layer_best(scores)
     compared = extras.get("comparisons", pd.DataFrame())
     plateau = extras.get("plateau", pd.DataFrame())
     reliance = extras.get("encoder_reliance", pd.DataFrame())
     geometry = extras.get("geometry", pd.DataFrame())
     efficiency = extras.get("sample_efficiency", pd.DataFrame())
+    notice = smoke_notice(sweep_config(root))
     parts = [
         f"# Sweep report: {root.name}",
         "",
+        *([f"**{notice}**", ""] if notice else []),
         *([f"**{warning}**", ""] if warning else []),
         *_skipped_line(extras.get("skipped", pd.DataFrame())),
         *(["## Verdict", "", *verdict_lines(extras["verdict"]), "",
@@ -125,15 +141,16 @@ def render_sweep_markdown(
         "## Plots",
         "",
         *plot_section(plots),
+        *baselines_section(extras.get("baselines", pd.DataFrame()), extras.get("uninformative", {})),
         "## Final checkpoints by size",
         "",
-        "A GLUE average averages the GLUE tasks probed; an MTEB average averages mteb's main scores (by task type, and overall). "
+        f"{averages_sentence(extras.get('averaged', {}), extras.get('redundant', []))} "
         "The native validation loss is the masked-token cross-entropy of each objective on its own task (MLM at its ratio with "
         "BERT's 80/10/10, CrossBERT at its mask ratio): it ranks sizes within an objective, not objectives against each other. "
         "The shared-protocol losses (r = 0.15, r = 0.5; crossbert_model/shared_loss.py: the same seeded masks at 15% / 50%, "
         "every selected token [MASK] for MLM, only the unselected tokens visible to CrossBERT's encoder): compare objectives by these.",
         "",
-        markdown_table(shown),
+        markdown_table(with_baseline_rows(shown, extras.get("baseline_rows", pd.DataFrame()))),
         "",
         "Each score: mean ± standard deviation over seeds (the mean alone with one seed); `seeds`: how many seeds each mean averages.",
         "",

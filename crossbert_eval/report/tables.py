@@ -3,6 +3,8 @@ the unigram plateau, last vs best layer, geometry, and sample efficiency."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pandas as pd
 
@@ -17,12 +19,14 @@ from .noise import collapse_gaps, failing_runs, not_comparable, seed_bands
 GLUE_PROBES = ("linear", "knn")
 
 
-def _score_columns(scores: pd.DataFrame):
+def _score_columns(scores: pd.DataFrame, left_out: Collection[str] = ()):
     """(column, rows) of each score column of the summary: the GLUE averages per probe, the MTEB averages (per task
-    type and overall) and one column per task x probe; rows: the last layer's main-metric rows it averages."""
+    type and overall) and one column per task x probe; rows: the last layer's main-metric rows it averages. Tasks in
+    `left_out` (uninformative_tasks) keep their own columns but stay out of the averages."""
     main = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
+    averaged = main[~main["task"].isin(list(left_out))]
     for probe in GLUE_PROBES:
-        sub = main[(main["probe"] == probe) & (main["family"] == "glue")]
+        sub = averaged[(averaged["probe"] == probe) & (averaged["family"] == "glue")]
         if len(sub):
             yield f"glue_{probe}", sub
     mteb = main[main["probe"] == "mteb"]
@@ -34,19 +38,98 @@ def _score_columns(scores: pd.DataFrame):
         yield f"{task}:{probe}", sub
 
 
-def summarise(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages, MTEB averages by type."""
+def summarise(scores: pd.DataFrame, left_out: Collection[str] = ()) -> pd.DataFrame:
+    """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages (without the `left_out` tasks), MTEB averages
+    by type."""
     ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
            *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
-    parts = [sub.groupby(ids, dropna=False)["score"].mean().rename(column) for column, sub in _score_columns(scores)]
+    parts = [sub.groupby(ids, dropna=False)["score"].mean().rename(column) for column, sub in _score_columns(scores, left_out)]
     if not parts:
         return pd.DataFrame()
     return pd.concat(parts, axis=1).reset_index().sort_values(["objective", "params_non_embedding", "step"])
 
 
-def averaged_tasks(scores: pd.DataFrame) -> dict[str, list[str]]:
+def averaged_tasks(scores: pd.DataFrame, left_out: Collection[str] = ()) -> dict[str, list[str]]:
     """The tasks behind each score column of summarise (`mteb_avg` -> ["STSBenchmark"]): what a panel of it holds."""
-    return {column: sorted(sub["task"].unique()) for column, sub in _score_columns(scores)}
+    return {column: sorted(sub["task"].unique()) for column, sub in _score_columns(scores, left_out)}
+
+
+def redundant_averages(averaged: dict[str, list[str]]) -> list[str]:
+    """Average columns a table need not show: one that averages a single task (that task's own column holds the same
+    numbers) and an overall average equal to the one task type it covers (`mteb_avg` beside `mteb_sts` alone)."""
+    redundant = [column for column, tasks in averaged.items() if ":" not in column and len(tasks) == 1]
+    types = [c for c in averaged if c.startswith("mteb_") and c != "mteb_avg"]
+    if "mteb_avg" in averaged and len(types) == 1:
+        redundant.append("mteb_avg")
+    return sorted(set(redundant))
+
+
+# How each baseline (crossbert_eval.baselines) is named in tables and legends; `{probe}`: the probe it was fitted with.
+BASELINE_LABELS = {"chance": "chance", "majority": "majority class", "tfidf": "TF-IDF + {probe} probe"}
+GUESSING_BASELINES = ("chance", "majority")  # stand beside every probe of a task; the others beside their own probe only
+
+
+def baseline_label(baseline: str, probe: str) -> str:
+    return BASELINE_LABELS.get(baseline, baseline).format(probe=probe)
+
+
+def baselines_beside(baselines: pd.DataFrame, task: str, probe: str) -> pd.DataFrame:
+    """The baseline rows a (task, probe) score is read against: chance and majority class whatever the probe, a fitted
+    baseline where it used the same probe (`knn (centred)` is read against nothing fitted: no TF-IDF kNN is computed)."""
+    if baselines.empty:
+        return baselines
+    rows = baselines[baselines["task"] == task]
+    return rows[rows["baseline"].isin(GUESSING_BASELINES) | (rows["probe"] == probe)]
+
+
+def uninformative_tasks(scores: pd.DataFrame, baselines: pd.DataFrame) -> dict[str, str]:
+    """Tasks on which the majority class matches every model: no (objective, size)'s best layer (seed mean, final
+    checkpoints, any probe) clears the top of the majority baseline's 95% interval. Task -> the line that says so.
+    Such a task separates nothing here: it keeps its columns, but averages leave it out."""
+    if baselines.empty or scores.empty:
+        return {}
+    final = headline_split(scores[scores["is_main"] & scores["is_final"]])
+    out = {}
+    for task, rows in final.groupby("task"):
+        majority = baselines[(baselines["task"] == task) & (baselines["baseline"] == "majority")]
+        if majority.empty:
+            continue
+        best = rows.groupby(["objective", "size", "probe", "layer"])["score"].mean().max()
+        top = float(majority["score_ci_high"].iloc[0])
+        if best <= top:
+            out[task] = (f"{task}: always answering the majority class scores {majority['score'].iloc[0]:.1f} "
+                         f"(95% interval up to {top:.1f}); the best model layer scores {best:.1f}: it separates nothing here")  # fmt: skip
+    return out
+
+
+def baseline_rows(columns: list[str], baselines: pd.DataFrame, averaged: dict[str, list[str]]) -> pd.DataFrame:
+    """Rows to show under the models of a summary table: one per baseline, its score in each `columns` entry it stands
+    beside ("TASK:probe" columns; an average column when every task it averages has that baseline)."""
+    if baselines.empty:
+        return pd.DataFrame()
+    out = []
+    names = baselines[["baseline", "probe"]].drop_duplicates()
+    for baseline, probe in names.itertuples(index=False):
+        row = {"objective": "baseline", "size": baseline_label(baseline, probe)}
+        for column in columns:
+            if ":" in column:
+                task, col_probe = column.split(":", 1)
+                tasks, col_probe = [task], col_probe
+            else:
+                tasks, col_probe = averaged.get(column, []), column.split("_", 1)[-1]
+            values = [_baseline_score(baselines, t, col_probe, baseline, probe) for t in tasks]
+            if tasks and all(v is not None for v in values):
+                row[column] = float(np.mean(values))
+        if len(row) > 2:
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _baseline_score(baselines: pd.DataFrame, task: str, column_probe: str, baseline: str, probe: str) -> float | None:
+    if baseline not in GUESSING_BASELINES and probe != column_probe:
+        return None
+    hit = baselines[(baselines["task"] == task) & (baselines["baseline"] == baseline) & (baselines["probe"] == probe)]
+    return float(hit["score"].iloc[0]) if len(hit) else None
 
 
 def by_size(summary: pd.DataFrame) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 # Every score the report shows is in points: 100 x the task's main metric.
 SCORE_UNIT = "points"
 LOSS_UNIT = "nats"
+ENTROPY_UNIT = "nats"  # the geometry's entropies, like the losses, are natural-log
 
 PROBE_LABELS: Mapping[str, str] = MappingProxyType({
     "linear": "linear probe", "knn": "kNN probe", "mteb": "MTEB", "cosine": "cosine similarity",
@@ -41,6 +42,20 @@ COLUMNS: Mapping[str, tuple[str, str | None]] = MappingProxyType({
     "objective": ("objective", None),
     "size": ("size", None),
     "seeds": ("seeds", None),
+    # the comparison table (noise.COMPARISON_COLUMNS): its sides in the order of the row's label, "first - second"
+    "first_mean": ("first: mean", SCORE_UNIT),
+    "second_mean": ("second: mean", SCORE_UNIT),
+    "first_seeds": ("first: seeds", None),
+    "second_seeds": ("second: seeds", None),
+    "diff": ("first - second", SCORE_UNIT),
+    # representation geometry (crossbert_eval.geometry.METRICS)
+    "effective_rank": ("effective rank (RankMe)", None),
+    "effective_rank_centred": ("effective rank, centred features", None),
+    "anisotropy": ("anisotropy (mean cosine between examples)", None),
+    "uniformity": ("uniformity (t = 2; lower: more spread)", None),
+    "dataset_entropy": ("dataset entropy", ENTROPY_UNIT),
+    "dataset_entropy_centred": ("dataset entropy, centred features", ENTROPY_UNIT),
+    "dataset_entropy_normalised": ("dataset entropy / log min(n, d)", None),
 })  # fmt: skip
 
 

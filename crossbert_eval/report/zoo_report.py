@@ -20,12 +20,12 @@ import pandas as pd
 from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
 
 from ..results import ResultsStore
-from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, read_result_rows, with_probe_variants
-from .markdown import centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html
-from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands
-from .plots import (OBJECTIVE_COLORS, Plot, check_plot_names, color_for, error_bars, figure_legend, legend_of, log_x_axis, panel_grid,
-                    plot_geometry_depth, plot_geometry_size, pyplot, save_figure)  # fmt: skip
-from .tables import geometry_seed_table, layer_best, summarise
+from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, with_probe_variants
+from .markdown import averages_sentence, baselines_section, centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html, with_baseline_rows
+from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands, verdict_lines, verdict_summary
+from .plots import (MIN_SCORE_SPAN, OBJECTIVE_COLORS, Plot, baseline_levels, check_plot_names, color_for, draw_levels, error_bars, figure_legend,
+                    floor_span, label_points, legend_of, log_x_axis, panel_grid, score_levels, plot_geometry_depth, plot_geometry_size, pyplot, save_figure, size_points)  # fmt: skip
+from .tables import averaged_tasks, baseline_rows, geometry_seed_table, layer_best, redundant_averages, summarise, uninformative_tasks
 from .vocabulary import axis_label, panel_title
 
 log = logging.getLogger("crossbert.zoo")
@@ -95,9 +95,9 @@ def models_table(root: Path) -> pd.DataFrame:
     return table.rename(columns=DISPLAY)
 
 
-def zoo_summary(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per model: last-layer main score of every task x probe, and the GLUE / mteb averages."""
-    summary = summarise(scores)
+def zoo_summary(scores: pd.DataFrame, left_out: Collection[str] = ()) -> pd.DataFrame:
+    """Per model: last-layer main score of every task x probe, and the GLUE / mteb averages (without the `left_out` tasks)."""
+    summary = summarise(scores, left_out)
     if summary.empty:
         return summary
     cols = [c for c in summary.columns if c.startswith(("glue_", "mteb_")) or ":" in c]
@@ -143,7 +143,7 @@ def family_palette(families) -> dict[str, str]:
     return {**OBJECTIVE_COLORS, **own}
 
 
-def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]) -> list[Plot]:
+def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None) -> list[Plot]:
     """One panel per (task, probe): score against non-embedding parameters (log), one line per family; the
     last layer solid (with its bootstrap interval), the best layer of each model dashed."""
     plt = pyplot()
@@ -157,6 +157,7 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
     drawn: set[str] = set()
     for ax, (task, probe) in zip(axes.flat, panels):
         sub = main[(main["task"] == task) & (main["probe"] == probe)]
+        points = []  # each model's name beside its last-layer point, written once the axis is final
         for family, fam in sub.groupby("objective"):
             color = color_for(family, colors)
             last = seed_bands(fam[fam["is_last_layer"]], ["params_non_embedding", "size"]).sort_values("params_non_embedding")
@@ -167,11 +168,13 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
                         label=f"{family}: last layer")  # fmt: skip
             ax.plot(best["params_non_embedding"], best["mean"], ls="--", marker="x", ms=4, color=color, alpha=0.7,
                     label=f"{family}: best layer")  # fmt: skip
-            for _, row in last.iterrows():
-                ax.annotate(str(row["size"]), (row["params_non_embedding"], row["mean"]), textcoords="offset points", xytext=(4, 4),
-                            fontsize=6, color="#555")  # fmt: skip
+            points += size_points(last, "params_non_embedding", "mean")
+        if baselines is not None and not baselines.empty:
+            draw_levels(ax, baseline_levels(baselines, task, probe))
         log_x_axis(ax)
         ax.margins(x=0.1, y=0.12)
+        floor_span(ax)
+        label_points(ax, points)
         ax.set_title(panel_title(task, probe, sub["metric"].iloc[0]), fontsize=10)
         ax.set_xlabel(axis_label("params_non_embedding"))
         ax.set_ylabel(axis_label("score"))
@@ -186,16 +189,17 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
     return save_figure(fig, out, "collapse", caption)
 
 
-def plot_zoo_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]) -> list[Plot]:
+def plot_zoo_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None) -> list[Plot]:
     main = headline_split(scores[scores["is_main"]]) if len(scores) else scores
     return panel_grid(_plot_names(main), "relative_depth", axis_label("relative_depth"),
-                      "Layer-wise frozen probe score by relative depth (colour: family)", out, "layerwise", colors=colors)  # fmt: skip
+                      "Layer-wise frozen probe score by relative depth (colour: family)", out, "layerwise", colors=colors,
+                      levels=score_levels(main, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
 
 
 # Each plot of a zoo report by name, with the function that draws it.
 ZOO_PLOTS = {
-    "collapse": lambda d: plot_zoo_collapse(d.scores, d.out, d.colors),
-    "layerwise": lambda d: plot_zoo_layerwise(d.scores, d.out, d.colors),
+    "collapse": lambda d: plot_zoo_collapse(d.scores, d.out, d.colors, d.baselines),
+    "layerwise": lambda d: plot_zoo_layerwise(d.scores, d.out, d.colors, d.baselines),
     "geometry_depth": lambda d: plot_geometry_depth(_plot_names(d.geo), d.out, d.colors),
     "geometry_size": lambda d: plot_geometry_size(d.geo, d.out, d.colors),
 }
@@ -215,8 +219,11 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
         log.info("zoo report: no scores yet under %s", root)
         return None
     geo = zoo_geometry(root, rows)
+    baselines = load_baselines(root)
+    uninformative = uninformative_tasks(scores, baselines)
     tables = {
-        "models": models_table(root), "scores": scores, "summary": zoo_summary(scores), "last_vs_best": last_vs_best(scores),
+        "models": models_table(root), "scores": scores, "summary": zoo_summary(scores, uninformative), "last_vs_best": last_vs_best(scores),
+        "baselines": baselines,
         "comparisons": comparisons(scores, None, ResultsStore(root / "results").load_predictions),  # depth only: one seed per model
         "geometry": zoo_geometry_table(geo),
     }  # fmt: skip
@@ -224,8 +231,13 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     for name, df in tables.items():
         df.to_csv(root / "tables" / f"{name}.csv", index=False)
         df.to_parquet(root / "tables" / f"{name}.parquet", index=False)
-    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), out=root / "plots")
+    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), baselines=baselines, out=root / "plots")
     drawn = [plot for name, draw in ZOO_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
+    summary_columns = [c for c in summarise(scores, uninformative).columns if c.startswith(("glue_", "mteb_")) or ":" in c]
+    tables["baseline_rows"] = baseline_rows(summary_columns, baselines, averaged_tasks(scores, uninformative)).rename(columns=DISPLAY)
+    tables["uninformative"] = uninformative
+    tables["averaged"] = averaged_tasks(scores, uninformative)
+    tables["redundant"] = redundant_averages(tables["averaged"])
     md = render_zoo_markdown(root, tables, drawn, duplicates_warning(rows))
     atomic_write_text(root / "report.md", md)
     atomic_write_text(root / "report.html", render_html(md, title="zoo report"))
@@ -244,6 +256,11 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         f"# Zoo report: {root.name}",
         "",
         *([f"**{warning}**", ""] if warning else []),
+        "## Verdict",
+        "",
+        *verdict_lines(verdict_summary(tables["comparisons"], None)),
+        "- Models are not tested against each other: one seed each, so seed variance is unmeasured.",
+        "",
         "Frozen encoders probed with the sweep's machinery; scores are points (x100) of each task's main metric.",
         "",
         "## Plots",
@@ -260,11 +277,12 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         "`pooling_source`: `user` = set on the zoo entry; `sentence-transformers:...` = the model's own Pooling config; "
         "`default` = mean (no sentence-transformers config).",
         "",
+        *baselines_section(tables.get("baselines", pd.DataFrame()), tables.get("uninformative", {})),
         "## Last layer, per model",
         "",
-        markdown_table(summary),
+        markdown_table(with_baseline_rows(summary, tables.get("baseline_rows", pd.DataFrame())).drop(columns=tables.get("redundant", []), errors="ignore")),
         "",
-        "A GLUE average averages the GLUE tasks probed; an MTEB average averages mteb's main scores (by task type, and overall).",
+        averages_sentence(tables.get("averaged", {}), tables.get("redundant", [])),
         "",
         "## Last layer vs best layer",
         "",

@@ -36,6 +36,19 @@ class Split:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def subsample(self, n: int | None, seed: int) -> "Split":
+        """A seeded sample of n examples in their original order (the whole split when n is None or not smaller): the
+        cap of a probe's training split (max_train), drawn the same way wherever a training split is capped."""
+        if not n or len(self) <= n:
+            return self
+        idx = np.sort(np.random.default_rng(seed).choice(len(self), n, replace=False))
+        return Split(
+            texts=[self.texts[i] for i in idx],
+            labels=self.labels[idx],
+            texts_pair=[self.texts_pair[i] for i in idx] if self.texts_pair is not None else None,
+            groups=self.groups[idx] if self.groups is not None else None,
+        )
+
 
 @dataclass
 class BeirSplit:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossbert_eval.report.noise import read_comparisons
+
 ROWS = [  # (task, probe, what it reads)
     ("STSBenchmark", "mteb", "mteb STSBenchmark test, cosine Spearman"),
     ("STS-B", "cosine", "STS-B validation, cosine Pearson, raw"),
@@ -51,12 +53,15 @@ def score_table(scores: pd.DataFrame, objectives: list[str]) -> list[str]:
 
 def comparison_table(comparisons: pd.DataFrame, comparison: str) -> list[str]:
     rows = comparisons[comparisons["comparison"] == comparison]
-    lines = ["| task | probe | a | b | b - a | Welch p | BH-adjusted p | verdict |", "|---|---|---|---|---|---|---|---|"]
+    first, second = comparison.split(" - ", 1)  # the label's sides, in its order (noise.SIDES)
+    lines = [f"| task | probe | {first} | {second} | {first} - {second} | Welch p | BH-adjusted p | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for task, probe, _ in ROWS:
         for r in rows[(rows["task"] == task) & (rows["probe"] == probe)].itertuples():
             p = "-" if pd.isna(r.p_value) else f"{r.p_value:.3g}"
             adjusted = "-" if pd.isna(r.p_adjusted) else f"{r.p_adjusted:.3g}"
-            lines.append(f"| {task} | {probe} | {r.a_mean:.1f} | {r.b_mean:.1f} | {r.diff:+.1f} | {p} | {adjusted} | {r.verdict} |")
+            means = f"{r.first_mean:.1f} | {r.second_mean:.1f} | {r.diff:+.1f}"
+            lines.append(f"| {task} | {probe} | {means} | {p} | {adjusted} | {r.verdict} |")
     return lines
 
 
@@ -79,7 +84,7 @@ def main(folder: Path) -> None:
     tables = folder / "tables"
     scores = pd.read_csv(tables / "scores.csv")
     objectives = sorted(scores["objective"].unique(), key=lambda o: (o != "mlm", o))
-    comparisons = pd.read_csv(tables / "comparisons.csv")
+    comparisons = read_comparisons(tables / "comparisons.csv")  # old tables' a/b columns read as first/second
     out = ["## Scores", "", *score_table(scores, objectives), ""]
     for comparison in sorted(c for c in comparisons["comparison"].unique() if " - mlm" in c):
         out += [f"## {comparison} (last layer)", "", *comparison_table(comparisons, comparison), ""]

@@ -31,7 +31,7 @@ def rows(sweep: Path):
 
 def main(sweeps: list[str]) -> None:
     steps = [150, 300, 450, 600]
-    print(f"| run | own ratio | unigram entropy | " + " | ".join(f"loss at {s * 4096 / 1e6:.2f}M tokens" for s in steps)
+    print("| run | own ratio | unigram entropy | " + " | ".join(f"loss at {s * 4096 / 1e6:.2f}M tokens" for s in steps)
           + f" | final margin | off the plateau (>= {PLATEAU_MARGIN}) |")
     print("|---" * (len(steps) + 5) + "|")
     for name, ratio, entropy, losses in (row for sweep in sweeps for row in rows(Path(sweep))):

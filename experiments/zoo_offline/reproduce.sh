@@ -15,7 +15,7 @@ export HF_HUB_CACHE="$PWD/runs/zoo/hf-hub-cache"
 python -c "import sys; from crossbert_eval.zoo import seed_hub_cache; from crossbert_model.data import minilm_path; \
 print(seed_hub_cache(sys.argv[1], 'sentence-transformers/all-MiniLM-L6-v2', minilm_path(), '8b3219a92973c328a8e22fadcfa821b5dc75636a'))" "$HF_HUB_CACHE"
 # 3. The zoo (one BLAS / torch thread: the 2-core machine was shared with a training job).
-OMP_NUM_THREADS=1 nice -n 19 crossbert zoo configs/zoo/offline.yaml
+OMP_NUM_THREADS=1 nice -n 19 crossbert zoo configs/zoo/offline_trained.yaml
 # 4. What is committed: no feature cache, no mteb cache.
 mkdir -p results/zoo_offline/results
 cp -r runs/zoo/zoo_offline/{report.md,report.html,zoo.yaml,checkpoints.jsonl,timings.jsonl,plots,tables} results/zoo_offline/

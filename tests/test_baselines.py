@@ -1,0 +1,206 @@
+"""Baselines: what a task's scores are read against (chance, majority class, TF-IDF + the linear probe), stored once per
+folder, drawn on the plots, listed under the models, and used to leave tasks that separate nothing out of averages."""
+
+from __future__ import annotations
+
+import lzma
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossbert_eval import baselines as B
+from crossbert_eval.report import plots as PL
+from crossbert_eval.report.loading import load_baselines
+from crossbert_eval.report.noise import withheld_notice
+from crossbert_eval.report.tables import baseline_rows, redundant_averages, summarise, uninformative_tasks
+from crossbert_eval.results import ResultsStore
+from crossbert_eval.tasks import get_task
+
+TINY_MRPC = """
+name: TinyMRPC
+family: glue
+input: pair
+target: class
+metrics: [f1, accuracy]
+data: {local: tiny_mrpc, format: tsv, header: true}
+splits: {train: train.tsv, validation: dev.tsv}
+columns: {text: "#1 String", text_pair: "#2 String", label: Quality}
+labels: [0, 1]
+eval_split: validation
+"""
+
+TINY_STS = """
+name: TinySTS
+family: sts
+input: pair
+target: score
+metrics: [pearson, spearman]
+score_range: [0, 5]
+data: {local: tiny_sts, format: tsv, header: false, fields: [genre, file, year, id, score, sentence1, sentence2],
+       optional_fields: [source1, source2]}
+splits: {train: train.tsv, validation: dev.tsv}
+columns: {text: sentence1, text_pair: sentence2, label: score}
+eval_split: validation
+"""
+
+
+@pytest.fixture
+def tiny_tasks(tmp_path, real_data_root, monkeypatch):
+    """Slices of the real MRPC (600 train / 200 dev pairs) and STS-B (600 / 200) files as tasks of their own."""
+    for folder, files, n_header in (("tiny_mrpc", {"train.tsv": "glue/MRPC/train.tsv.xz", "dev.tsv": "glue/MRPC/dev.tsv.xz"}, 1),
+                                    ("tiny_sts", {"train.tsv": "stsbenchmark/sts-train.tsv.xz", "dev.tsv": "stsbenchmark/sts-dev.tsv.xz"}, 0)):  # fmt: skip
+        (tmp_path / "data" / folder).mkdir(parents=True)
+        for name, source in files.items():
+            lines = lzma.open(real_data_root / source, "rt", encoding="utf-8").read().splitlines()
+            n = 600 if name == "train.tsv" else 200
+            (tmp_path / "data" / folder / name).write_text("\n".join(lines[: n_header + n]) + "\n", encoding="utf-8")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "TinyMRPC.yaml").write_text(TINY_MRPC)
+    (tmp_path / "tasks" / "TinySTS.yaml").write_text(TINY_STS)
+    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tmp_path / "tasks"))
+    monkeypatch.setenv("CROSSBERT_DATA_ROOT", str(tmp_path / "data"))
+    return tmp_path
+
+
+def _main(rows: pd.DataFrame) -> dict:
+    main = rows[rows["is_main"]]
+    return {(b, p): v for b, p, v in zip(main["baseline"], main["probe"], main["value"])}
+
+
+def test_each_baseline_scores_what_it_claims(tiny_tasks):
+    """Majority: F1 of always answering the training split's most frequent class; chance: about what uniform guessing
+    gives; TF-IDF: the linear probe on bag-of-words features, fitted on the same training split; STS: no majority (a
+    constant has no correlation), a TF-IDF cosine beside the cosine probe."""
+    rows = B.run_baselines([get_task("TinyMRPC"), get_task("TinySTS")], tiny_tasks / "out", B.BaselineSettings())
+    mrpc = _main(rows[rows["task"] == "TinyMRPC"])
+    dev = get_task("TinyMRPC").load_split("validation")
+    train = get_task("TinyMRPC").load_split("train")
+    top = np.bincount(train.labels).argmax()
+    precision, recall = (dev.labels == 1).mean(), 1.0
+    assert top == 1 and mrpc[("majority", "majority")] == pytest.approx(2 * precision * recall / (precision + recall))
+    assert 0.45 < mrpc[("chance", "chance")] < 0.65  # F1 of coin flips at about two thirds positives: 2p/(2p+1) ~ 0.57
+    assert ("tfidf", "linear") in mrpc and ("tfidf", "cosine") not in mrpc  # cosine is a STS probe
+    sts = _main(rows[rows["task"] == "TinySTS"])
+    assert ("majority", "majority") not in sts
+    assert abs(sts[("chance", "chance")]) < 0.1
+    assert sts[("tfidf", "cosine")] > 0.3  # word overlap says much about STS-B similarity
+    assert set(rows["model"]) == {"baseline:chance", "baseline:majority", "baseline:tfidf"}
+
+
+def test_baselines_are_computed_once_per_folder(tiny_tasks):
+    folder = tiny_tasks / "out"
+    first = B.run_baselines([get_task("TinyMRPC")], folder, B.BaselineSettings())
+    store = ResultsStore(folder / B.BASELINES_DIR)
+    assert B.task_baselines(get_task("TinyMRPC"), store, B.BaselineSettings()) == []  # every unit done: nothing written
+    assert len(store.dataframe()) == len(first)
+    capped = B.task_baselines(get_task("TinyMRPC"), store, B.BaselineSettings(max_train=100))
+    assert capped and {r["n_train"] for r in capped} == {100}  # another cap of the training split is another unit
+
+
+def test_the_tfidf_baseline_takes_the_probes_capped_training_split(tiny_tasks):
+    """The same seeded sample of the training split as the probes' max_train (Split.subsample)."""
+    task = get_task("TinyMRPC")
+    seen = []
+    original = B.BASELINES["tfidf"]
+    B.BASELINES["tfidf"] = lambda t, train, ev: seen.append(train) or original(t, train, ev)
+    try:
+        B.task_baselines(task, ResultsStore(tiny_tasks / "s"), B.BaselineSettings(max_train=50, seed=3))
+    finally:
+        B.BASELINES["tfidf"] = original
+    expected = task.load_split("train").subsample(50, 3)
+    assert seen[0].texts == expected.texts and seen[0].texts_pair == expected.texts_pair
+
+
+def _scores(task_scores: dict[tuple[str, str], float]) -> pd.DataFrame:
+    """Final, last-layer main scores of two models on GLUE tasks, as the report's loader gives them."""
+    rows = []
+    for (task, objective), value in task_scores.items():
+        for layer in (0, 2):
+            rows.append({"objective": objective, "size": "tiny", "seed": 0, "step": 10, "total_steps": 10, "is_final": True,
+                         "params_non_embedding": 1, "corpus_tokens": 1, "train_flops": 1, "task": task, "family": "glue",
+                         "split": "validation", "probe": "linear", "metric": "f1", "layer": layer, "layers": 2,
+                         "is_last_layer": layer == 2, "is_main": True, "score": value - (2 if layer == 0 else 0)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _baselines(task: str, majority: float, high: float) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"task": task, "family": "glue", "split": "validation", "baseline": "majority", "probe": "majority", "metric": "f1",
+         "score": majority, "score_ci_low": majority - 3, "score_ci_high": high, "n_train": 10, "n_eval": 10},
+        {"task": task, "family": "glue", "split": "validation", "baseline": "tfidf", "probe": "linear", "metric": "f1",
+         "score": 70.0, "score_ci_low": 67.0, "score_ci_high": 73.0, "n_train": 10, "n_eval": 10},
+    ])  # fmt: skip
+
+
+def test_a_task_the_majority_class_matches_is_flagged_and_left_out_of_averages():
+    scores = _scores({("MRPC", "mlm"): 81.4, ("MRPC", "crossbert"): 80.8, ("SST-2", "mlm"): 62.0, ("SST-2", "crossbert"): 60.0})
+    baselines = pd.concat([_baselines("MRPC", 81.2, 84.3), _baselines("SST-2", 50.9, 54.1)])
+    flagged = uninformative_tasks(scores, baselines)
+    assert list(flagged) == ["MRPC"] and "81.2" in flagged["MRPC"] and "81.4" in flagged["MRPC"]
+    kept = summarise(scores, flagged)
+    assert kept.set_index("objective")["glue_linear"].to_dict() == {"crossbert": 60.0, "mlm": 62.0}  # SST-2 alone
+    assert summarise(scores).set_index("objective")["glue_linear"].to_dict() == {"crossbert": 70.4, "mlm": 71.7}
+    # one model clearing the top of the majority's interval makes the task informative
+    assert uninformative_tasks(_scores({("MRPC", "mlm"): 84.5}), _baselines("MRPC", 81.2, 84.3)) == {}
+
+
+def test_baseline_rows_stand_beside_the_columns_of_their_probe():
+    baselines = _baselines("MRPC", 81.2, 84.3)
+    rows = baseline_rows(["MRPC:linear", "MRPC:knn", "glue_linear"], baselines, {"glue_linear": ["MRPC"]}).set_index("size")
+    assert rows.loc["majority class", "MRPC:knn"] == 81.2  # guessing stands beside every probe
+    assert rows.loc["TF-IDF + linear probe", "MRPC:linear"] == 70.0
+    assert pd.isna(rows.loc["TF-IDF + linear probe", "MRPC:knn"])  # a fitted baseline only beside its own probe
+    assert rows.loc["majority class", "glue_linear"] == 81.2
+
+
+def test_an_average_of_one_task_is_not_shown_twice():
+    assert redundant_averages({"glue_linear": ["SST-2"], "mteb_sts": ["STSBenchmark"], "mteb_avg": ["STSBenchmark"],
+                               "SST-2:linear": ["SST-2"]}) == ["glue_linear", "mteb_avg", "mteb_sts"]  # fmt: skip
+    assert redundant_averages({"glue_linear": ["MRPC", "SST-2"], "mteb_sts": ["STS12", "STS13"], "mteb_classification": ["Banking77"],
+                               "mteb_avg": ["Banking77", "STS12", "STS13"]}) == ["mteb_classification"]  # fmt: skip
+
+
+def test_score_panels_draw_their_baselines_and_are_not_stretched_to_noise(tmp_path):
+    plt = PL.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [50.1, 50.6])
+    PL.draw_levels(ax, PL.baseline_levels(_baselines("MRPC", 81.2, 84.3), "MRPC", "knn"))
+    assert [line.get_label() for line in ax.get_lines()[1:]] == ["majority class"]  # no TF-IDF kNN was fitted
+    fig2, ax2 = plt.subplots()
+    ax2.plot([0, 1], [50.1, 50.6])
+    PL.floor_span(ax2)
+    low, high = ax2.get_ylim()
+    assert high - low >= PL.MIN_SCORE_SPAN and low < 50.1 and high > 50.6
+    plt.close("all")
+
+
+def test_a_withheld_verdict_is_written_on_every_figure(tmp_path):
+    verdict = {"comparisons": {"crossbert - mlm": {"compared": 4, "withheld": {"off_plateau": 3, "encoder_carries_context": 0}}}}
+    notice = withheld_notice(verdict)
+    assert "3 with a run on the unigram plateau" in notice and "not evidence" in notice
+    assert withheld_notice({"comparisons": {"x": {"compared": 4, "withheld": {"off_plateau": 0}}}}) is None
+    plt = PL.pyplot()
+    with PL.figure_notice(notice):
+        fig, _ = plt.subplots()
+        PL.save_figure(fig, tmp_path, "f")
+    assert any(notice.split(" (")[0] in t.get_text() for t in fig.texts)
+    fig, _ = plt.subplots()
+    PL.save_figure(fig, tmp_path, "g")
+    assert not fig.texts  # outside the context: no notice
+
+
+def test_the_report_loader_reads_a_folders_baselines(tiny_tasks):
+    B.run_baselines([get_task("TinyMRPC")], tiny_tasks / "out", B.BaselineSettings())
+    table = load_baselines(tiny_tasks / "out")
+    assert set(table["baseline"]) == {"chance", "majority", "tfidf"} and (table["metric"] == "f1").all()
+    assert np.allclose(table["score"], 100 * table["score"] / 100) and table["score"].between(0, 100).all()
+    assert load_baselines(tiny_tasks / "elsewhere").empty
+
+
+def test_the_command_refuses_a_plain_folder_without_tasks(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "crossbert_eval.cli", "baselines", str(tmp_path / "new")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--tasks" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "new").exists()
