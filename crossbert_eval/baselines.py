@@ -65,26 +65,29 @@ class Prediction:
     protocol: dict
 
 
-def _majority(task: Task, train: Split, evaluation: Split) -> list[Prediction]:
-    if task.is_regression:
+def _majority(task: Task, train: Split | None, evaluation: Split) -> list[Prediction]:
+    if task.is_regression or train is None:
         return []
     classes, counts = np.unique(train.labels, return_counts=True)
     top = classes[int(np.argmax(counts))]
     return [Prediction("majority", np.full(len(evaluation), top), {"majority_class": int(top), "share_of_train": float(counts.max() / counts.sum())})]
 
 
-def _chance(task: Task, train: Split, evaluation: Split) -> list[Prediction]:
+def _chance(task: Task, train: Split | None, evaluation: Split) -> list[Prediction]:
     return [Prediction("chance", None, {"draws": CHANCE_DRAWS, "seed": CHANCE_SEED,
                                         "guess": "uniform over training scores' range" if task.is_regression else "uniform over training classes"})]  # fmt: skip
 
 
-def _tfidf(task: Task, train: Split, evaluation: Split) -> list[Prediction]:
+def _tfidf(task: Task, train: Split | None, evaluation: Split) -> list[Prediction]:
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    vectoriser = TfidfVectorizer(**TFIDF_OPTIONS).fit(train.texts + (train.texts_pair or []))
+    # a zero-shot task (no training split) fits the vocabulary and IDF on its evaluation texts: label-free, as the
+    # cosine it feeds
+    fit_on = train if train is not None else evaluation
+    vectoriser = TfidfVectorizer(**TFIDF_OPTIONS).fit(fit_on.texts + (fit_on.texts_pair or []))
     protocol = {"features": "tfidf", **{k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()},
-                "vocabulary": len(vectoriser.vocabulary_)}  # fmt: skip
+                "vocabulary": len(vectoriser.vocabulary_), "fitted_on": "train split" if train is not None else "evaluation texts, unlabelled"}  # fmt: skip
 
     def features(split: Split):
         u = vectoriser.transform(split.texts)
@@ -93,10 +96,11 @@ def _tfidf(task: Task, train: Split, evaluation: Split) -> list[Prediction]:
         v = vectoriser.transform(split.texts_pair)
         return sparse.hstack([u, v, abs(u - v), u.multiply(v)]).tocsr(), (u, v)
 
-    (x_train, _), (x_eval, sides) = features(train), features(evaluation)
+    x_eval, sides = features(evaluation)
     metric = task.metrics[0].removeprefix("cosine_")
     out = []
-    if "linear" in task.default_probes:
+    if "linear" in task.default_probes and train is not None:
+        x_train, _ = features(train)
         fitted = P.linear_probe(x_train, train.labels, x_eval, regression=task.is_regression, select_metric=metric)
         out.append(Prediction("linear", fitted.predictions, {**protocol, **fitted.protocol}))
     if "cosine" in task.default_probes and sides is not None:
@@ -107,7 +111,7 @@ def _tfidf(task: Task, train: Split, evaluation: Split) -> list[Prediction]:
 
 
 # name -> what it computes from (task, capped training split, evaluation split)
-BASELINES: dict[str, Callable[[Task, Split, Split], list[Prediction]]] = {"chance": _chance, "majority": _majority, "tfidf": _tfidf}
+BASELINES: dict[str, Callable[[Task, Split | None, Split], list[Prediction]]] = {"chance": _chance, "majority": _majority, "tfidf": _tfidf}
 
 
 def _metrics(task: Task, probe: str) -> list[str]:
@@ -116,19 +120,20 @@ def _metrics(task: Task, probe: str) -> list[str]:
     return [f"cosine_{m}" for m in bare] if probe == "cosine" else bare
 
 
-def _chance_scores(metric: str, task: Task, train: Split, evaluation: Split) -> np.ndarray:
+def _chance_scores(metric: str, task: Task, train: Split | None, evaluation: Split) -> np.ndarray:
     rng = np.random.default_rng(CHANCE_SEED)
+    known = train if train is not None else evaluation  # a zero-shot task: its declared score range, else its labels' range
     if task.is_regression:
-        low, high = float(train.labels.min()), float(train.labels.max())
+        low, high = task.score_range or (float(known.labels.min()), float(known.labels.max()))
         draws = rng.uniform(low, high, size=(CHANCE_DRAWS, len(evaluation)))
     else:
-        draws = rng.choice(np.unique(train.labels), size=(CHANCE_DRAWS, len(evaluation)))
+        draws = rng.choice(np.unique(known.labels), size=(CHANCE_DRAWS, len(evaluation)))
     return np.asarray([score(metric, evaluation.labels, d) for d in draws])
 
 
-def _rows(task: Task, name: str, split: str, train: Split, evaluation: Split, out: Prediction, key: str) -> list[dict]:
+def _rows(task: Task, name: str, split: str, train: Split | None, evaluation: Split, out: Prediction, key: str) -> list[dict]:
     base = {"model": MODEL_PREFIX + name, "model_kind": "baseline", "baseline": name, "task": task.name, "family": task.family,
-            "split": split, "probe": out.probe, "n_train": len(train), "n_eval": len(evaluation), "protocol": out.protocol, "unit": key}  # fmt: skip
+            "split": split, "probe": out.probe, "n_train": len(train) if train is not None else 0, "n_eval": len(evaluation), "protocol": out.protocol, "unit": key}  # fmt: skip
     rows = []
     for i, metric in enumerate(_metrics(task, out.probe)):
         if out.predictions is None:
@@ -148,13 +153,12 @@ def _data_digest(parts: list[Split]) -> str:
 def task_baselines(task: Task, store: ResultsStore, settings: BaselineSettings) -> list[dict]:
     """Every baseline of `task` on each of its evaluation splits, into `store` (units already there are skipped,
     units another live process holds are left to it); returns the rows written."""
-    if not (task.train_split or task.holdout):
-        return []  # nothing to learn a majority or a vocabulary from (a zero-shot task)
-    train = task.load_split(task.train_split, settings.data_root).subsample(settings.max_train, settings.seed)
+    zero_shot = not (task.train_split or task.holdout)  # chance and a TF-IDF cosine only: nothing to fit a class on
+    train = None if zero_shot else task.load_split(task.train_split, settings.data_root).subsample(settings.max_train, settings.seed)
     written = []
     for split in task.eval_splits:
         evaluation = task.load_split(split, settings.data_root).subsample(settings.max_eval, settings.seed)
-        data = _data_digest([evaluation, train])
+        data = _data_digest([evaluation] + ([train] if train is not None else []))
         for name, compute in BASELINES.items():
             protocol = {"max_train": settings.max_train, "max_eval": settings.max_eval, "seed": settings.seed, "chance_draws": CHANCE_DRAWS,
                         "tfidf": {k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()}}  # fmt: skip

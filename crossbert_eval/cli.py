@@ -334,13 +334,14 @@ def _baselines(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from crossbert_eval.baselines import BaselineSettings, run_baselines
+    from crossbert_eval.evaluation import baseline_task_names
     from crossbert_eval.report.loading import load_baselines
     from crossbert_eval.report.markdown import markdown_table
     from crossbert_eval.tasks import resolve_tasks
 
     folder = Path(args.folder)
     config = folder_probe_config(folder)
-    tasks = _csv(args.tasks) if args.tasks else config["probe_tasks"]  # one or the other: check_names_early
+    tasks = _csv(args.tasks) if args.tasks else baseline_task_names(config["probe_tasks"], config.get("mteb_tasks") or [])
     cap = args.max_train if args.max_train is not None else config.get("max_probe_train")
     run_baselines(resolve_tasks(tasks), folder, BaselineSettings(data_root=_resolved_root(args), max_train=cap))
     table = load_baselines(folder)
@@ -546,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "FOLDER/baselines (a sweep's or zoo's report draws them beside its models)")
     p.add_argument("folder", metavar="FOLDER", help="a sweep or zoo folder (its probe_tasks and max_probe_train are read from its "
                                                     "sweep.yaml / zoo.yaml), or any folder with --tasks")
-    p.add_argument("--tasks", default=None, help="comma-separated task names, a family or all (default: the folder's probe_tasks)")
+    p.add_argument("--tasks", default=None, help="comma-separated task names, a family or all (default: the folder's probe_tasks and its local mteb_tasks)")
     p.add_argument("--max-train", type=_positive_int, default=None, metavar="N",
                    help="the seeded cap of each training split, as the probes' (default: the folder's max_probe_train, else all)")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")

@@ -113,11 +113,21 @@ def evaluate_baselines(plan: EvaluationPlan, folder: Path, timer: StageTimer) ->
     from crossbert_eval.baselines import BaselineSettings, run_baselines
     from crossbert_eval.tasks import resolve_tasks
 
-    if not plan.probe_tasks:
+    names = baseline_task_names(plan.probe_tasks, plan.mteb_tasks)
+    if not names:
         return
     settings = BaselineSettings(data_root=plan.data_root, max_train=plan.max_probe_train, max_eval=plan.max_probe_eval)
     with timer("baselines"):
-        run_baselines(resolve_tasks(plan.probe_tasks), folder, settings)
+        run_baselines(resolve_tasks(names), folder, settings)
+
+
+def baseline_task_names(probe_tasks: list[str], mteb_tasks: list[str]) -> list[str]:
+    """The tasks a folder's baselines cover: its probe tasks, and its mteb tasks that have a local task file (mteb's
+    own, hub-only tasks have no local splits to score)."""
+    from crossbert_eval.tasks import all_tasks
+
+    local = all_tasks()
+    return list(dict.fromkeys([*probe_tasks, *(t for t in mteb_tasks or [] if t in local)]))
 
 
 def _fail_on_missing(plan: EvaluationPlan, stage: str, missing: dict[str, str]) -> None:

@@ -47,6 +47,9 @@ eval_split: validation
 """
 
 
+TINY_STS_ZERO_SHOT = TINY_STS.replace("name: TinySTS", "name: TinySTSZeroShot") + "train_split: null\nprobes: [cosine]\n"
+
+
 @pytest.fixture
 def tiny_tasks(tmp_path, real_data_root, monkeypatch):
     """Slices of the real MRPC (600 train / 200 dev pairs) and STS-B (600 / 200) files as tasks of their own."""
@@ -60,6 +63,7 @@ def tiny_tasks(tmp_path, real_data_root, monkeypatch):
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "TinyMRPC.yaml").write_text(TINY_MRPC)
     (tmp_path / "tasks" / "TinySTS.yaml").write_text(TINY_STS)
+    (tmp_path / "tasks" / "TinySTSZeroShot.yaml").write_text(TINY_STS_ZERO_SHOT)
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tmp_path / "tasks"))
     monkeypatch.setenv("CROSSBERT_DATA_ROOT", str(tmp_path / "data"))
     return tmp_path
@@ -88,6 +92,19 @@ def test_each_baseline_scores_what_it_claims(tiny_tasks):
     assert abs(sts[("chance", "chance")]) < 0.1
     assert sts[("tfidf", "cosine")] > 0.3  # word overlap says much about STS-B similarity
     assert set(rows["model"]) == {"baseline:chance", "baseline:majority", "baseline:tfidf"}
+
+
+def test_a_zero_shot_task_gets_chance_and_a_tfidf_cosine_fitted_on_its_unlabelled_texts(tiny_tasks):
+    """A task without a training split (mteb's STS tasks): nothing to fit a class or a probe on, so chance over its
+    declared score range and the TF-IDF cosine, its vocabulary and IDF fitted on the evaluation texts without labels."""
+    rows = B.run_baselines([get_task("TinySTSZeroShot")], tiny_tasks / "out", B.BaselineSettings())
+    main = rows[rows["is_main"]]
+    assert sorted(zip(main["baseline"], main["probe"])) == [("chance", "chance"), ("tfidf", "cosine")]
+    tfidf = main[main["baseline"] == "tfidf"].iloc[0]
+    assert tfidf["n_train"] == 0 and tfidf["protocol"]["fitted_on"] == "evaluation texts, unlabelled" and tfidf["value"] > 0.3
+    # mteb's STS score is a cosine: the TF-IDF cosine stands beside it
+    table = load_baselines(tiny_tasks / "out")
+    assert set(PL.baselines_beside(table, "TinySTSZeroShot", "mteb")["baseline"]) == {"chance", "tfidf"}
 
 
 def test_baselines_are_computed_once_per_folder(tiny_tasks):

@@ -20,7 +20,7 @@ from crossbert_model.plateau import unigram_entropy_key_for
 
 from .loading import headline_split
 from .noise import band_caption, seed_bands, size_bands
-from .tables import TRAINING_AXES, baseline_label, baselines_beside, loss_curves, several_checkpoints
+from .tables import TRAINING_AXES, baseline_label, baselines_beside, column_probe, loss_curves, several_checkpoints
 from .vocabulary import SCORE_UNIT, average_title, axis_label, label, panel_title
 
 # Reds for flat MLM, blue / green for CrossBERT with / without CMS (the objective names of configs/sweep/*.yaml).
@@ -193,7 +193,7 @@ def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OB
             ax = axes[i, j]
             bands |= _lines(ax, sizes, x, col, colors)
             if baselines is not None and not baselines.empty:
-                draw_levels(ax, average_levels(baselines, list((averaged or {}).get(col, [])), col.split("_", 1)[-1]))
+                draw_levels(ax, average_levels(baselines, list((averaged or {}).get(col, [])), column_probe(col)))
             floor_span(ax)
             log_x_axis(ax)
             label_points(ax, size_points(sizes, x, col))

@@ -67,6 +67,21 @@ def redundant_averages(averaged: dict[str, list[str]]) -> list[str]:
 # How each baseline (crossbert_eval.baselines) is named in tables and legends; `{probe}`: the probe it was fitted with.
 BASELINE_LABELS = {"chance": "chance", "majority": "majority class", "tfidf": "TF-IDF + {probe} probe"}
 GUESSING_BASELINES = ("chance", "majority")  # stand beside every probe of a task; the others beside their own probe only
+# The fitted baseline a probe's scores are read against, where it is not the probe's own: mteb's STS score is a cosine
+# of the two sentences' vectors, its classification a logistic regression.
+FITTED_BESIDE = {"mteb": ("cosine", "linear")}
+
+
+def column_probe(column: str) -> str:
+    """The probe of a summary column: "SST-2:linear" -> linear, "glue_knn" -> knn, "mteb_sts" / "mteb_avg" -> mteb."""
+    if ":" in column:
+        return column.split(":", 1)[1]
+    return "mteb" if column.startswith("mteb_") else column.split("_", 1)[-1]
+
+
+def stands_beside(baseline: str, baseline_probe: str, probe: str) -> bool:
+    """Whether a baseline row (its name, the probe it was fitted with) is read beside scores of `probe`."""
+    return baseline in GUESSING_BASELINES or baseline_probe in FITTED_BESIDE.get(probe, (probe,))
 
 
 def baseline_label(baseline: str, probe: str) -> str:
@@ -79,7 +94,7 @@ def baselines_beside(baselines: pd.DataFrame, task: str, probe: str) -> pd.DataF
     if baselines.empty:
         return baselines
     rows = baselines[baselines["task"] == task]
-    return rows[rows["baseline"].isin(GUESSING_BASELINES) | (rows["probe"] == probe)]
+    return rows[[stands_beside(b, p, probe) for b, p in zip(rows["baseline"], rows["probe"])]]
 
 
 def uninformative_tasks(scores: pd.DataFrame, baselines: pd.DataFrame) -> dict[str, str]:
@@ -112,11 +127,8 @@ def baseline_rows(columns: list[str], baselines: pd.DataFrame, averaged: dict[st
     for baseline, probe in names.itertuples(index=False):
         row = {"objective": "baseline", "size": baseline_label(baseline, probe)}
         for column in columns:
-            if ":" in column:
-                task, col_probe = column.split(":", 1)
-                tasks, col_probe = [task], col_probe
-            else:
-                tasks, col_probe = averaged.get(column, []), column.split("_", 1)[-1]
+            tasks = [column.split(":", 1)[0]] if ":" in column else averaged.get(column, [])
+            col_probe = column_probe(column)
             values = [_baseline_score(baselines, t, col_probe, baseline, probe) for t in tasks]
             if tasks and all(v is not None for v in values):
                 row[column] = float(np.mean(values))
@@ -126,7 +138,7 @@ def baseline_rows(columns: list[str], baselines: pd.DataFrame, averaged: dict[st
 
 
 def _baseline_score(baselines: pd.DataFrame, task: str, column_probe: str, baseline: str, probe: str) -> float | None:
-    if baseline not in GUESSING_BASELINES and probe != column_probe:
+    if not stands_beside(baseline, probe, column_probe):
         return None
     hit = baselines[(baselines["task"] == task) & (baselines["baseline"] == baseline) & (baselines["probe"] == probe)]
     return float(hit["score"].iloc[0]) if len(hit) else None
