@@ -12,10 +12,11 @@ import pandas as pd
 
 from crossbert_model.utils import read_jsonl
 
+from ..baselines import CHANCE_DRAWS
 from ..results import RESULTS_FILE, duplicate_units
 from .plots import Plot
 from .tables import baseline_label, centring_table
-from .vocabulary import header_labels
+from .vocabulary import header_labels, label
 
 log = logging.getLogger("crossbert_eval.report")
 
@@ -148,7 +149,7 @@ def baselines_section(baselines: pd.DataFrame, uninformative: dict[str, str]) ->
     table = table[["task", "split", "metric", "baseline", "score", "score_ci_low", "score_ci_high", "n_train", "n_eval"]]
     lines = ["## Baselines", "",
              "What needs no encoder, on the probes' own splits (crossbert_eval/baselines.py): chance (uniform guesses; interval: "
-             "the central 95% of 200 draws), the majority class of the training split, and TF-IDF word uni- and bigrams with "
+             f"the central 95% of {CHANCE_DRAWS} draws), the majority class of the training split, and TF-IDF word uni- and bigrams with "
              "the same linear probe (and, on STS, their cosine); intervals of the last two: the bootstrap over evaluation "
              "examples. They are drawn as horizontal lines on the score plots and listed under the models in the tables.", "",
              markdown_table(table), ""]  # fmt: skip
@@ -159,8 +160,6 @@ def baselines_section(baselines: pd.DataFrame, uninformative: dict[str, str]) ->
 
 def averages_sentence(averaged: dict[str, list[str]], redundant: list[str]) -> str:
     """What each average column of a table averages, by name; the columns left out as redundant said once."""
-    from .vocabulary import label
-
     shown = [f"{label(c)}: {', '.join(tasks)}" for c, tasks in averaged.items() if ":" not in c and c not in redundant]
     parts = [f"Averages (last layer, main metric) over: {'; '.join(shown)}." if shown else "No average over several tasks."]
     if redundant:
