@@ -31,7 +31,7 @@ import pandas as pd
 from crossbert_model.utils import stable_hash, texts_digest
 
 from . import probes as P
-from .metrics import score
+from .metrics import METRICS, score
 from .results import CLAIMED, RESULTS_FILE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing
 
@@ -153,6 +153,10 @@ def _data_digest(parts: list[Split]) -> str:
 def task_baselines(task: Task, store: ResultsStore, settings: BaselineSettings) -> list[dict]:
     """Every baseline of `task` on each of its evaluation splits, into `store` (units already there are skipped,
     units another live process holds are left to it); returns the rows written."""
+    unscored = [m for m in task.metrics if m not in METRICS]
+    if unscored:  # mteb's own metrics (v_measure, map, max_ap): mteb scores these tasks, no probe here does
+        log.info("baselines: none for %s (its metric %s is mteb's own, not a probe metric)", task.name, unscored[0])
+        return []
     zero_shot = not (task.train_split or task.holdout)  # chance and a TF-IDF cosine only: nothing to fit a class on
     train = None if zero_shot else task.load_split(task.train_split, settings.data_root).subsample(settings.max_train, settings.seed)
     written = []

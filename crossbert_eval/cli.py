@@ -155,13 +155,14 @@ def check_names_early(args: argparse.Namespace) -> None:
     if args.command == "baselines" and not args.tasks and not folder_probe_config(Path(args.folder)).get("probe_tasks"):
         raise CrossbertError(f"--tasks: {args.folder} is not a sweep or zoo folder with probe_tasks; name the tasks (comma-separated)")
     if args.command == "probe":
-        from crossbert_model.defaults import PROBES
+        from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, PROBES
 
-        for name in _csv(args.probe):
-            if name not in PROBES:
-                hint = close_matches(name, PROBES)
-                raise CrossbertError(f"--probe {name}: expected one or more of {', '.join(PROBES)} (comma-separated)"
-                                     + (f"; did you mean {' or '.join(hint)}?" if hint else ""))  # fmt: skip
+        for option, given, known in (("--probe", args.probe, PROBES), ("--feature-transform", args.feature_transform, FEATURE_TRANSFORM_NAMES)):
+            for name in _csv(given):
+                if name not in known:
+                    hint = close_matches(name, known)
+                    raise CrossbertError(f"{option} {name}: expected one or more of {', '.join(known)} (comma-separated)"
+                                         + (f"; did you mean {' or '.join(hint)}?" if hint else ""))  # fmt: skip
     if args.command in ("probe", "geometry") or (args.command == "baselines" and args.tasks):
         from crossbert_eval.tasks import resolve_tasks
 

@@ -18,6 +18,8 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
+from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES
+
 from .metrics import resampled_scores, score
 from .stats import bootstrap_p
 
@@ -170,7 +172,7 @@ def cosine_similarity(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 # on an evaluation split, and applied to train and evaluation features alike. Whitening drops the directions whose
 # variance is below WHITEN_RTOL x the largest (the numerical noise of a collapsed layer) instead of amplifying them.
 # The linear probe standardises its features itself, so centring changes nothing there: it takes raw features only.
-FEATURE_TRANSFORMS = ("raw", "centred", "whitened")
+FEATURE_TRANSFORMS = FEATURE_TRANSFORM_NAMES  # named in crossbert_model.defaults: checked there before anything heavy loads
 WHITEN_RTOL = 1e-6
 
 

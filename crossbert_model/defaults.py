@@ -9,6 +9,8 @@ POOLINGS = ("mean", "cls", "max")
 
 # The frozen probes (crossbert_eval.probes), here so that a command can check a probe's name before anything heavy loads.
 PROBES = ("linear", "knn", "cosine")
+# The feature transforms of the similarity probes (what each does: crossbert_eval.probes, FEATURE_TRANSFORMS).
+FEATURE_TRANSFORM_NAMES = ("raw", "centred", "whitened")
 
 # Compute dtypes a command accepts: `auto` is resolved by crossbert_model.hardware.resolve_dtype.
 DTYPES = ("auto", "fp32", "bf16")

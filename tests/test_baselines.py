@@ -107,6 +107,14 @@ def test_a_zero_shot_task_gets_chance_and_a_tfidf_cosine_fitted_on_its_unlabelle
     assert set(PL.baselines_beside(table, "TinySTSZeroShot", "mteb")["baseline"]) == {"chance", "tfidf"}
 
 
+def test_a_task_scored_by_mteb_metrics_alone_gets_no_baseline_and_stops_nothing(tmp_path):
+    """Clustering, reranking and pair-classification tasks are scored by mteb's own metrics (v_measure, map, max_ap):
+    there is no probe score to read a baseline against, and a sweep listing them among its mteb tasks must still run."""
+    store = ResultsStore(tmp_path / "s")
+    for name in ("TwentyNewsgroupsClustering", "TrecQAReranking", "TwitterURLCorpus-lowercasedtrain"):
+        assert B.task_baselines(get_task(name), store, B.BaselineSettings()) == []
+
+
 def test_baselines_are_computed_once_per_folder(tiny_tasks):
     folder = tiny_tasks / "out"
     first = B.run_baselines([get_task("TinyMRPC")], folder, B.BaselineSettings())
@@ -213,7 +221,9 @@ def test_the_report_loader_reads_a_folders_baselines(tiny_tasks):
     B.run_baselines([get_task("TinyMRPC")], tiny_tasks / "out", B.BaselineSettings())
     table = load_baselines(tiny_tasks / "out")
     assert set(table["baseline"]) == {"chance", "majority", "tfidf"} and (table["metric"] == "f1").all()
-    assert np.allclose(table["score"], 100 * table["score"] / 100) and table["score"].between(0, 100).all()
+    stored = ResultsStore(tiny_tasks / "out" / B.BASELINES_DIR).dataframe()
+    stored = stored[stored["is_main"].astype(bool)].set_index(["baseline", "probe"])["value"]
+    assert np.allclose(table.set_index(["baseline", "probe"])["score"].sort_index(), 100 * stored.sort_index())  # in points
     assert load_baselines(tiny_tasks / "elsewhere").empty
 
 

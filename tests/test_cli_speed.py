@@ -47,6 +47,7 @@ def test_a_mistyped_name_is_refused_before_any_heavy_library_is_imported():
     # (a mistyped --tasks took 8 s idle, 77 s loaded; now about 0.4 s)
     for argv in (["probe", "minilm", "--tasks", "TRC"], ["geometry", "minilm", "--tasks", "SST2x"], ["mteb", "minilm", "--tasks", "STSBenchmrk"],
                  ["probe", "./runs/no_such_run", "--tasks", "TREC"], ["probe", "minilm", "--tasks", "TREC", "--probe", "linaer"],
+                 ["probe", "minilm", "--tasks", "TREC", "--feature-transform", "centerd"],
                  ["train", str(Path(__file__).parents[1] / "configs/train/tiny_mlm.yaml"), "model.preset=tinny", "--print-config"]):  # fmt: skip
         code = ("import contextlib, io\nfrom crossbert_eval.cli import main\n"
                 f"with contextlib.redirect_stderr(io.StringIO()) as err:\n    try:\n        main({argv!r})\n    except SystemExit as e:\n"
