@@ -123,6 +123,13 @@ FACTS = [
          lambda p: [baseline(p, "SST-2", "majority", "majority"), baseline(p, "MRPC", "majority", "majority"),
                     baseline(p, "BigramShift", "majority", "majority"), *(baseline(p, t, "tfidf", "linear") for t in
                     ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")), baseline(p, "STS-B", "tfidf", "cosine")]),
+    Fact(f"{ZOO}/README.md", rf"same linear probe score SST-2 {N} and TREC {N}, and their cosine scores STSBenchmark {N}",
+         f"{ZOO}/tables/baselines.csv", lambda p: [baseline(p, "SST-2", "tfidf", "linear"), baseline(p, "TREC", "tfidf", "linear"),
+                                                   baseline(p, "STSBenchmark", "tfidf", "cosine")]),
+    Fact(f"{CPU_SMALL}/README.md", rf"majority class scores MRPC F1 {N} .* linear probe score SST-2 {N}, MRPC F1 {N}, BigramShift {N}, "
+         rf"CoordinationInversion {N}, and their cosine scores mteb's STSBenchmark {N}", f"{CPU_SMALL}/tables/baselines.csv",
+         lambda p: [baseline(p, "MRPC", "majority", "majority"), *(baseline(p, t, "tfidf", "linear") for t in
+                    ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")), baseline(p, "STSBenchmark", "tfidf", "cosine")]),
 ]  # fmt: skip
 
 
