@@ -373,10 +373,22 @@ class MlmHead(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.norm = make_norm(config, config.hidden_size)
         self.decoder_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.logit_scale = tied_logit_scale(config)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """What the tied decoder projects onto the vocabulary."""
-        return self.norm(F.gelu(self.dense(x)))
+        features = self.norm(F.gelu(self.dense(x)))
+        return features if self.logit_scale == 1.0 else features * self.logit_scale
+
+
+def tied_logit_scale(config: CrossBertConfig) -> float:
+    """The factor on flat MLM's tied logits: initializer_range / embedding_init_std, 1 at the default draw.
+
+    The head's features are normalised (entries of size 1), so against embeddings drawn at std 1.0 the first logits
+    have a std of sqrt(hidden) and the first loss is 37-45 at tiny (diverged at step 0). Scaled, the first logits are
+    those of the default 0.02 draw, so flat MLM trains with CrossBERT's draw and the two arms differ in the objective
+    only. CrossBERT's predictor needs no factor: its output projection is drawn at initializer_range."""
+    return config.initializer_range / config.embedding_init_std if config.embedding_init_std else 1.0
 
     def forward(self, x: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
         return F.linear(self.features(x), embedding_weight, self.decoder_bias)

@@ -51,7 +51,8 @@ class ModelArgs:
     intermediate_size: int | None = None  # MLP width (default: the preset's)
     mlp_type: str = "gelu"  # gelu | swiglu
     norm_type: str = "layernorm"  # layernorm | rmsnorm
-    embedding_init_std: float | None = None  # default: the config's initializer_range (0.02)
+    # default: the config's initializer_range (0.02); flat MLM's tied logits are scaled to match (model.tied_logit_scale)
+    embedding_init_std: float | None = None
     # CrossBERT: where the predictor gets positions, "rotary" | "encoder" (crossbert_model.config.PREDICTOR_POSITION_ROUTES)
     predictor_positions: str = "rotary"
     absolute_positions: bool = False  # learned absolute positions at the encoder's input (the "encoder" route needs them)

@@ -304,6 +304,19 @@ def test_embedding_init_std_draws_only_the_embeddings_larger(objective, tmp_path
     assert AutoConfig.from_pretrained(tmp_path, local_files_only=True).embedding_init_std == 1.0
 
 
+def test_flat_mlm_starts_near_the_uniform_loss_with_crossberts_embedding_draw(real_batch):
+    """The scaled tied head: without it the std-1.0 draw starts flat MLM at a loss of 37-45 (diverged at step 0)."""
+    ids, attention = real_batch
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
+                        rng=RowRandom(0))  # fmt: skip
+    uniform = torch.log(torch.tensor(2048.0))
+    with torch.no_grad():
+        for std in (None, 1.0):
+            loss = build("mlm", 2048, embedding_init_std=std)(**batch).loss
+            assert abs(float(loss) - float(uniform)) < 0.5, (std, float(loss))
+    assert build("mlm", 2048).head.logit_scale == 1.0  # the default draw's head is unchanged
+
+
 @pytest.mark.parametrize("objective", ["mlm", "crossbert"])
 def test_the_encoder_of_a_pretraining_checkpoint_loads_without_an_unexpected_keys_report(tmp_path, objective, capsys, caplog):
     import logging

@@ -112,8 +112,16 @@ def test_the_second_target_trains_both_objectives_at_two_sizes_with_crossberts_l
     assert {(r.train.model.objective, r.size, r.seed) for r in runs} == {
         (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("tiny", "tiny4") for seed in (0, 1, 2)}
     assert {r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs} == {8_007_680}
-    # the lever that takes CrossBERT off the plateau (results/escape_scan); flat MLM's tied head diverges with it
+    # the lever that takes CrossBERT off the plateau (results/escape_scan); flat MLM keeps the default draw here
     assert {r.train.model.objective: r.train.model.embedding_init_std for r in runs} == {"mlm": None, "crossbert": 1.0}
+
+
+def test_the_width_ladder_compares_objectives_with_one_embedding_draw():
+    runs = plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_width_ladder.yaml"))
+    assert {(r.train.model.objective, r.size, r.seed) for r in runs} == {
+        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("nano", "tiny", "mini") for seed in (0, 1, 2)}
+    assert {r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs} == {8_007_680}
+    assert {r.train.model.embedding_init_std for r in runs} == {1.0}
 
 
 def test_compute_budget_gives_bigger_models_fewer_tokens():
