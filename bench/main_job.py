@@ -42,16 +42,17 @@ def main() -> None:
     setup()
     import pandas as pd
 
-    from crossbert_model.utils import read_jsonl
+    from crossbert_eval.folder_layout import SweepDir
+    from crossbert_model.readers import read_jsonl
 
     if args.summarise:
         root, wall = args.summarise, args.wall_seconds
     else:
         wall = run_main_job(args.config, Path(args.run_dir))
         root = Path(args.run_dir) / Path(args.config).stem
-    timings = pd.DataFrame(read_jsonl(root / "timings.jsonl"))
+    timings = pd.DataFrame(read_jsonl(SweepDir(root).timings))
     if timings.empty:
-        sys.exit(f"{root / 'timings.jsonl'}: no stage timings (is this a sweep folder?)")
+        sys.exit(f"{SweepDir(root).timings}: no stage timings (is this a sweep folder?)")
     per_stage = timings.groupby("stage")["seconds"].agg(["sum", "count"])
     total = float(per_stage["sum"].sum())
     rows = [{"stage": s, "units": int(r["count"]), "seconds": float(r["sum"]), "share_of_wall": float(r["sum"]) / wall if wall else None}

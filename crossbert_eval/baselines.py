@@ -31,13 +31,13 @@ import pandas as pd
 from crossbert_model.utils import stable_hash, texts_digest
 
 from . import probes as P
+from .folder_layout import EvaluationFolder
 from .metrics import METRICS, score
 from .results import CLAIMED, RESULTS_FILE, ResultsStore, unit_key
 from .tasks import Split, Task, TaskDataMissing
 
 log = logging.getLogger(__name__)
 
-BASELINES_DIR = "baselines"  # a sweep or zoo folder's baseline store (a ResultsStore): <folder>/baselines/results.jsonl
 MODEL_PREFIX = "baseline:"
 CHANCE_DRAWS = 200
 CHANCE_SEED = 0
@@ -178,11 +178,11 @@ def task_baselines(task: Task, store: ResultsStore, settings: BaselineSettings) 
 
 
 def run_baselines(tasks: list[Task], folder: str | Path, settings: BaselineSettings) -> pd.DataFrame:
-    """The baselines of `tasks` in `folder`/BASELINES_DIR (computed where missing); a task whose data is missing is
+    """The baselines of `tasks` in the folder's baselines store (computed where missing); a task whose data is missing is
     logged and left out. Returns the store's rows of these tasks."""
     from tqdm.auto import tqdm
 
-    store = ResultsStore(Path(folder) / BASELINES_DIR)
+    store = ResultsStore(EvaluationFolder(folder).baselines)
     for task in tqdm(tasks, desc="baselines", unit="task", disable=None):
         try:
             task_baselines(task, store, settings)
@@ -195,4 +195,4 @@ def run_baselines(tasks: list[Task], folder: str | Path, settings: BaselineSetti
 
 def baselines_path(folder: str | Path) -> Path:
     """Where a folder's baseline rows are (a committed reference keeps them xz-compressed beside)."""
-    return Path(folder) / BASELINES_DIR / RESULTS_FILE
+    return EvaluationFolder(folder).baselines / RESULTS_FILE

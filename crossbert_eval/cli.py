@@ -29,6 +29,11 @@ import sys
 from crossbert_model.errors import USER_ERROR_EXIT, debug_requested, exit_on_user_error
 
 from crossbert_model.defaults import DTYPES, FEATURES_DIR, MAX_LENGTH, MTEB_DIR, POOLINGS, RESULTS_DIR
+# Each numeric option's limit has one home, crossbert_model.limits (or the config field it mirrors): argparse refuses a
+# value out of it in one line naming the option, before any model loads.
+from crossbert_model.limits import POSITIVE, POSITIVE_INT, SECONDS, SEED, limit_of
+from crossbert_model.limits import option as limited
+from crossbert_eval.folder_layout import SweepDir, ZooDir
 
 # Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
 # ModuleNotFoundError for each): quiet by default, back with --debug.
@@ -101,26 +106,6 @@ def _presets(args: argparse.Namespace) -> None:
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = float("nan")
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
-    return number
 
 
 def _poolings(value: str) -> list[str]:
@@ -254,14 +239,15 @@ def _mteb_layers(args: argparse.Namespace) -> str | list[int]:
 def _mteb(args: argparse.Namespace) -> None:
     layers = _mteb_layers(args)  # before mteb is imported or a model loaded
     from crossbert_eval.mteb_runner import run_mteb
+    from crossbert_eval.report.text_tables import mteb_text_table
 
-    rows, table = run_mteb(
+    rows, run = run_mteb(
         args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layers=layers, pooling=args.pooling,
         out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
         batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=_resolved_root(args),
         dtype=args.dtype, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
-    print(table)
+    print(mteb_text_table(rows, run.plan, run.wall_s))
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -277,7 +263,7 @@ def _sweep(args: argparse.Namespace) -> None:
         root = submit_sweep(cfg)
     else:
         root = run_sweep(cfg)
-    report = root / "report.md"
+    report = SweepDir(root).report
     print(f"report: {report}" if report.is_file() else f"{root}: no scores (no probe, geometry or mteb task); no report written")
     if cfg.limit is not None:
         print(f"a smoke test (--limit {cfg.limit}): its numbers mean nothing")
@@ -288,7 +274,7 @@ def _zoo(args: argparse.Namespace) -> None:
     from crossbert_eval.zoo import ZooConfig, run_zoo
 
     root = run_zoo(load_config(ZooConfig, args.config, args.overrides))
-    print(f"report: {root / 'report.md'}")
+    print(f"report: {ZooDir(root).report}")
 
 
 def _reliance(args: argparse.Namespace) -> None:
@@ -311,7 +297,7 @@ def _plateau(args: argparse.Namespace) -> None:
     from crossbert_eval.report.loading import load_checkpoints
     from crossbert_eval.report.tables import plateau_table
     from crossbert_eval.sweep import fill_unigram_entropies
-    from crossbert_model.utils import read_jsonl
+    from crossbert_model.readers import read_jsonl
 
     path = fill_unigram_entropies(args.sweep_dir, args.tokenizer, args.overrides, args.data_root)
     rows = read_jsonl(path)
@@ -352,13 +338,11 @@ def _baselines(args: argparse.Namespace) -> None:
 
 def folder_probe_config(folder) -> dict:
     """The probe settings a sweep or zoo folder was made with (its sweep.yaml / zoo.yaml), {} for any other folder."""
-    from pathlib import Path
+    from crossbert_model.args import read_yaml  # a config: ConfigError names its key
 
-    from crossbert_model.args import read_yaml
-
-    for name in ("sweep.yaml", "zoo.yaml"):
-        if (Path(folder) / name).is_file():
-            return read_yaml(Path(folder) / name)
+    for config in (SweepDir(folder).config, ZooDir(folder).config):
+        if config.is_file():
+            return read_yaml(config)
     return {}
 
 
@@ -378,13 +362,13 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
     """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb.
     `model_max_length`: --max-length defaults to the model's own (mteb: MTEB truncates where the model does)."""
     if model_max_length:
-        p.add_argument("--max-length", type=_positive_int, default=None,
+        p.add_argument("--max-length", type=limited(POSITIVE_INT), default=None,
                        help="tokens per text, at most the model's positions (default: the model's own sentence-transformers "
                             f"max_seq_length, as MTEB runs it; else {MAX_LENGTH}; fewer where the model has fewer positions)")
     else:
-        p.add_argument("--max-length", type=_positive_int, default=None,
+        p.add_argument("--max-length", type=limited(POSITIVE_INT), default=None,
                        help=f"tokens per text, at most the model's positions (default: {MAX_LENGTH}, fewer where the model has fewer positions)")
-    p.add_argument("--batch-size", type=_positive_int, default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
+    p.add_argument("--batch-size", type=limited(POSITIVE_INT), default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
     p.add_argument("--dtype", default="fp32", choices=DTYPES,
                    help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
     p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
@@ -427,7 +411,7 @@ def _train_keys_help() -> str:
     from crossbert_model.args import format_config_keys
     from crossbert_model.train_config import TrainConfig
 
-    return "config keys (key=default  description):\n" + format_config_keys(TrainConfig)
+    return "config keys (key=default  (limit)  description):\n" + format_config_keys(TrainConfig)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -461,10 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", type=_poolings, default=None,
                    help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
-    p.add_argument("--k", type=_positive_int, default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
-    p.add_argument("--temperature", type=_positive_float, default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-train", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--k", type=limited(POSITIVE_INT), default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
+    p.add_argument("--temperature", type=limited(POSITIVE), default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
+    p.add_argument("--seed", type=limited(SEED), default=0, help="the probes' seed")
+    p.add_argument("--max-train", type=limited(POSITIVE_INT), default=None, metavar="N",
                    help="a seeded subsample of N examples of each probe's train split, as sweeps' max_probe_train "
                         "(encodes N texts, not all 67,349 of SST-2); recorded as max_train in every row (default: all)")
     p.add_argument("--feature-transform", default="raw",
@@ -510,10 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--submitit", action="store_true",
                    help="submit a job per run through submitit (SLURM where sbatch is found; shape from the config's "
                         "submitit section, e.g. submitit.partition=learn submitit.gpus_per_node=1)")  # fmt: skip
-    p.add_argument("--budget-s", type=_positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--budget-s", type=limited(SECONDS), default=None, metavar="SECONDS",
                    help="wall-clock budget of this worker: once a run has been timed, runs predicted not to end in time "
                         "are skipped (and recorded), then the report is built (the config key budget_s)")
-    p.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--limit", type=limited(POSITIVE_INT), default=None, metavar="N",
                    help="a smoke test of the whole pipeline: a few training steps per run and at most N examples per probe "
                         "split, into the folder <name>-limitN; its numbers mean nothing (the config key limit)")
     p.set_defaults(func=_sweep)
@@ -540,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and bypassed, and per layer how much token identity and word order explain")
     p.add_argument("checkpoint", help="a training checkpoint folder (runs/<name>/checkpoints/step_N)")
     p.add_argument("overrides", nargs="*", help="key=value overrides of its run's config, e.g. data.cache_dir=runs/cache")
-    p.add_argument("--eval-sequences", type=_positive_int, default=None,
+    p.add_argument("--eval-sequences", type=limited(POSITIVE_INT), default=None,
                    help="validation sequences to measure on (default: the run's own eval_sequences)")
     p.set_defaults(func=_reliance)
 
@@ -549,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", metavar="FOLDER", help="a sweep or zoo folder (its probe_tasks and max_probe_train are read from its "
                                                     "sweep.yaml / zoo.yaml), or any folder with --tasks")
     p.add_argument("--tasks", default=None, help="comma-separated task names, a family or all (default: the folder's probe_tasks and its local mteb_tasks)")
-    p.add_argument("--max-train", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-train", type=limited(POSITIVE_INT), default=None, metavar="N",
                    help="the seeded cap of each training split, as the probes' (default: the folder's max_probe_train, else all)")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_baselines)
@@ -559,8 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_tasks)
 
     p = sub.add_parser("presets", help="list the size presets with computed parameter counts and FLOPs")
-    p.add_argument("--seq-len", type=_positive_int, default=128)
-    p.add_argument("--vocab-size", type=_positive_int, default=8192)
+    from crossbert_model.data_args import DataArgs  # the limits of the config fields these mirror (light: no torch)
+
+    p.add_argument("--seq-len", type=limited(limit_of(DataArgs, "seq_len")), default=128)
+    p.add_argument("--vocab-size", type=limited(limit_of(DataArgs, "vocab_size")), default=8192)
     p.set_defaults(func=_presets)
     _add_export(sub)
     return parser

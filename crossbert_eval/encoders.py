@@ -13,7 +13,6 @@ Features are fp32 unless bf16 is asked for; weights load from safetensors only u
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import pickle
@@ -26,7 +25,9 @@ import torch
 from tqdm.auto import tqdm
 
 import crossbert_model.model  # noqa: F401  (registers the crossbert model type with AutoModel)
-from crossbert_model.checkpoint import check_finite_weights, check_safetensors_file, latest_checkpoint
+from crossbert_model.checkpoint import CheckpointError, check_finite_weights, latest_checkpoint
+from crossbert_model.run_layout import CheckpointDir, RunDir
+from crossbert_model.readers import check_safetensors, read_array, read_json, safetensors_shapes
 from crossbert_model.data import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
@@ -110,11 +111,8 @@ def _module_class(entry: dict) -> str:
     return str(entry.get("type", "")).rsplit(".", 1)[-1]
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EncoderError(f"{path}: unreadable JSON ({e})") from None
+def _read_json(path: Path, expect: type = dict):
+    return read_json(path, "a model folder's JSON file", EncoderError, expect)
 
 
 def _st_pooling_mode(config_path: Path) -> str:
@@ -135,9 +133,7 @@ def read_sentence_transformers_layout(folder: Path) -> StLayout | None:
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return None
-    entries = _read_json(modules_file)
-    if not isinstance(entries, list):
-        raise EncoderError(f"{modules_file}: expected a JSON list of modules")
+    entries = _read_json(modules_file, expect=list)
     by_class: dict[str, dict] = {}
     for entry in entries:
         by_class.setdefault(_module_class(entry), entry)
@@ -263,15 +259,15 @@ def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool
         source = _classify(snapshot, spec)
         source.hub_id = hub["repo"]
         return source
-    if (path / "checkpoints").is_dir() and not (path / "config.json").exists():
+    if RunDir(path).checkpoints.is_dir() and not (path / "config.json").exists():
         latest = latest_checkpoint(path)
         if latest is None:
             raise EncoderError(f"run folder {path} holds no complete checkpoint yet")
         log.info("model %s: using its latest checkpoint %s", path, latest[1].name)
         return _classify(latest[1], f"{path.name}")
     # a checkpoint folder of one of our runs is named by its run: runs/<run>/checkpoints/step_N -> <run>
-    name = path.resolve().parent.parent.name if path.name.startswith("step_") and path.parent.name == "checkpoints" else path.name
-    return _classify(path, name)
+    run = CheckpointDir(path.resolve()).run
+    return _classify(path, run.name if run else path.name)
 
 
 def _classify(folder: Path, name: str) -> ModelSource:
@@ -296,7 +292,7 @@ def _classify(folder: Path, name: str) -> ModelSource:
     if config.get("model_type") == "crossbert":
         kind = "crossbert"
         objective = config.get("objective")
-        state = folder / "trainer_state.json"
+        state = CheckpointDir(folder).trainer_state
         if state.is_file():
             step = _read_json(state).get("step")
             name = f"{name}@{step}" if f"@{step}" not in name else name
@@ -362,7 +358,7 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
     safe, pickles = _weight_files(folder)
     if safe:
         for path in safe:
-            check_safetensors_file(path)  # a truncated file fails here with its name, not inside from_pretrained
+            check_safetensors(path, CheckpointError)  # a truncated file fails here with its name, not inside from_pretrained
         return
     if not pickles:
         raise EncoderError(f"{folder}: no weights (expected model.safetensors)")
@@ -387,12 +383,9 @@ LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
 
 def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape in the folder's safetensors files, read from their headers (no tensor is loaded)."""
-    from safetensors import safe_open
-
     shapes = {}
     for path in _weight_files(folder)[0]:
-        with safe_open(str(path), framework="pt") as f:
-            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+        shapes.update(safetensors_shapes(path, CheckpointError))
     return shapes
 
 
@@ -622,6 +615,15 @@ class FeatureCache:
         """Content-addressed: the probe runner and the mteb runner share features of the same texts."""
         return self.root / key["model_fingerprint"] / f"{key['texts']}-L{key['layer']}-{key['pooling']}-{stable_hash(key, 12)}.npy"
 
+    @staticmethod
+    def _cached(path: Path, label: str, rows: int) -> np.ndarray | None:
+        """A cached feature file, or None where it is damaged (logged; its features are encoded again)."""
+        try:
+            return read_array(path, f"cached features of {label}", EncoderError, rows=rows)
+        except EncoderError as e:
+            log.warning("%s: encoded again", e)
+            return None
+
     def features(
         self, encoder: FrozenEncoder, texts, texts_pair, layers: list[int], poolings: list[str], label: str
     ) -> dict[tuple[int, str], np.ndarray]:
@@ -629,7 +631,7 @@ class FeatureCache:
         `label` (task/split/view) only names the work in logs and progress bars."""
         digest = texts_digest(texts, texts_pair)
         paths = {(l, p): self.path(self.key(encoder, digest, l, p)) for l in layers for p in poolings}
-        out = {k: np.load(p) for k, p in paths.items() if p.is_file()}
+        out = {k: v for k, p in paths.items() if p.is_file() and (v := self._cached(p, label, len(texts))) is not None}
         self.hits += len(out)
         missing = [k for k in paths if k not in out]
         if missing:

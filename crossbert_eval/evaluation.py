@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ContextManager
 
-from crossbert_model.utils import append_jsonl, atomic_write_text, read_jsonl
+from crossbert_model.utils import append_jsonl, atomic_write_text
 
-TIMINGS_FILE = "timings.jsonl"
+from crossbert_model.readers import read_jsonl
+
 
 
 @contextlib.contextmanager

@@ -19,19 +19,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossbert_model.checkpoint import (COMPLETE_MARKER, check_finite_weights, latest_checkpoint, read_config, read_trainer_state, run_name_of,
-                                       safetensors_tensors)
-from crossbert_model.errors import CrossbertError
+from crossbert_model.checkpoint import CheckpointError, check_finite_weights, latest_checkpoint, read_config, read_trainer_state
+from crossbert_model.errors import CrossbertError, named_as_final
 from crossbert_model.model_card import run_config_of, write_model_card
 from crossbert_model.portable import write_portable_files
+from crossbert_model.readers import safetensors_tensors
+from crossbert_model.run_layout import CheckpointDir, RunDir
 from crossbert_model.utils import ONLINE_ENV, atomic_path, online
 
 from .encoders import FrozenEncoder, hub_offline
 from .results import ResultsStore
 
 log = logging.getLogger(__name__)
-# What a checkpoint holds for training only: left out of an export.
-TRAINING_ONLY = frozenset({"optimizer.pt", "trainer_state.json", COMPLETE_MARKER})
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -53,13 +52,14 @@ def checkpoint_to_export(spec: str | Path) -> Path:
     path = Path(spec)
     if not path.is_dir():
         raise ExportError(f"{path}: no such folder (expected a run folder runs/<name> or a checkpoint folder)")
-    if not (path / "config.json").is_file() and (path / "checkpoints").is_dir():
+    if not CheckpointDir(path).model_config.is_file() and RunDir(path).checkpoints.is_dir():
         latest = latest_checkpoint(path)
         if latest is None:
             raise ExportError(f"{path}: the run holds no complete checkpoint yet")
         return latest[1]
-    if path.parent.name == "checkpoints" and not (path / COMPLETE_MARKER).exists():
-        raise ExportError(f"{path}: an incomplete checkpoint (no {COMPLETE_MARKER} marker); export a complete one")
+    checkpoint = CheckpointDir(path)
+    if checkpoint.run is not None and not checkpoint.is_complete:
+        raise ExportError(f"{path}: an incomplete checkpoint (no {checkpoint.complete_marker.name} marker); export a complete one")
     read_config(path)  # one line naming the file when it is not one of ours
     return path
 
@@ -83,11 +83,11 @@ def check_push(repo_id: str, dest: Path) -> None:
 
 def exported_files(checkpoint: Path) -> list[Path]:
     """The checkpoint's files an export copies: no training state, no hidden, lock or temporary file."""
-    keep = []
+    keep, training_only = [], set(CheckpointDir(checkpoint).training_state_files())
     for path in sorted(checkpoint.rglob("*")):
         name = path.relative_to(checkpoint).as_posix()
         hidden = any(part.startswith(".") for part in Path(name).parts)
-        if path.is_file() and not hidden and name not in TRAINING_ONLY and not name.endswith((".lock", ".tmp")):
+        if path.is_file() and not hidden and path not in training_only and not name.endswith((".lock", ".tmp")):
             keep.append(path)
     return keep
 
@@ -111,16 +111,17 @@ def export_checkpoint(spec: str | Path, dest: str | Path, results_dir: str | Pat
         check_push(push, dest)
     config = read_config(checkpoint)
     for weights in sorted(checkpoint.glob("*.safetensors")):  # never export (or push) a model with NaN or Inf weights
-        check_finite_weights(safetensors_tensors(weights), str(weights))
-    trainer_state = read_trainer_state(checkpoint) if (checkpoint / "trainer_state.json").is_file() else {}
+        check_finite_weights(safetensors_tensors(weights, CheckpointError), str(weights))
+    trainer_state = read_trainer_state(checkpoint) if CheckpointDir(checkpoint).trainer_state.is_file() else {}
     rows = rows_of_checkpoint(checkpoint, results_dir)
-    with atomic_path(dest, is_dir=True) as tmp:
+    # a failed write names the file under DIR, not its temporary folder, nor (shutil.copyfile) the file copied from
+    with atomic_path(dest, is_dir=True) as tmp, named_as_final(tmp, dest):
         for path in exported_files(checkpoint):
             target = tmp / path.relative_to(checkpoint)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         write_portable_files(tmp, config)  # a checkpoint saved before checkpoints carried them gets them here
-        write_model_card(tmp, config, trainer_state, run_config_of(checkpoint), run_name_of(checkpoint), rows)
+        write_model_card(tmp, config, trainer_state, run_config_of(checkpoint), CheckpointDir(checkpoint).run_name, rows)
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     exported = Exported(checkpoint, dest, files, len(rows))
     if push:

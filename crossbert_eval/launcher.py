@@ -30,8 +30,6 @@ from .sweep import Sweep, SweepConfig, prepare_sweep
 
 log = logging.getLogger("crossbert.launcher")
 
-CLUSTERS = ("slurm", "local", "debug")
-
 
 class SweepJobsFailed(CrossbertError):
     """Some runs' jobs failed: the message names them and their logs; running the command again retries them."""
@@ -67,17 +65,9 @@ class RunJob(submitit.helpers.Checkpointable):
 
 def make_executor(cfg: SweepConfig) -> submitit.AutoExecutor:
     """The executor of the config's `submitit:` section, every option checked before anything is submitted."""
-    args = cfg.submitit
-    if args.cluster is not None and args.cluster not in CLUSTERS:
-        raise ConfigError(f"sweep field 'submitit.cluster': expected one of {', '.join(CLUSTERS)} or null, got {args.cluster!r}")
+    args = cfg.submitit  # its values within their declared limits (SubmititArgs; checked with the sweep's plan)
     if args.cluster == "slurm" and shutil.which("sbatch") is None:
         raise ConfigError("sweep field 'submitit.cluster': slurm asked, but `sbatch` is not on this machine's PATH")
-    for name in ("timeout_min", "cpus_per_task", "mem_gb", "max_parallel"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise ConfigError(f"sweep field 'submitit.{name}': expected a positive number, got {value!r}")
-    if args.gpus_per_node < 0:
-        raise ConfigError(f"sweep field 'submitit.gpus_per_node': expected 0 or more, got {args.gpus_per_node!r}")
     folder = Path(args.folder) if args.folder else cfg.root / "submitit"
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=args.cluster)
     params = {
@@ -103,7 +93,7 @@ def submit_sweep(cfg: SweepConfig) -> Path:
     submitted = submit_runs(executor, sweep)
     if not cfg.submitit.wait:
         log.info("sweep %s: %d job(s) submitted; the last to finish rebuilds %s", cfg.name, len(submitted),
-                 sweep.root / "report.md")
+                 sweep.folder.report)
         return sweep.root
     failed = [s for s in submitted if not _succeeded(s)]
     if len(failed) < len(submitted) or not submitted:

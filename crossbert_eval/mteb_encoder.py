@@ -54,16 +54,16 @@ wrapper's class is mteb's AbsEncoder with the methods of MtebEncoderMethods mixe
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import time
 import typing
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from crossbert_model.readers import ReadError, parse_yaml, read_json, read_text
 from crossbert_model.utils import texts_digest
+from crossbert_model.run_layout import CheckpointDir
 
 from .encoders import FeatureCache, FrozenEncoder, fitted_max_length, read_sentence_transformers_layout
 from .mteb_tasks import MtebError
@@ -107,16 +107,13 @@ def read_card_header(folder: Path) -> dict:
     path = folder / MODEL_CARD
     if not path.is_file():
         return {}
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_text(path, "a model card (README.md)", MtebError)
     if not text.startswith("---"):
         return {}
     header, sep, _ = text[3:].partition("\n---")
     if not sep:
         return {}
-    try:
-        data = yaml.safe_load(header)
-    except yaml.YAMLError as e:
-        raise MtebError(f"{path}: the model card's YAML header is unreadable ({str(e).splitlines()[0]})") from None
+    data = parse_yaml(header, f"{path} (the model card's YAML header)", MtebError)
     return data if isinstance(data, dict) else {}
 
 
@@ -125,13 +122,7 @@ def read_st_config(st_root: Path | None) -> dict:
     path = st_root / ST_CONFIG if st_root is not None else None
     if path is None or not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise MtebError(f"{path}: unreadable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise MtebError(f"{path}: expected a JSON object")
-    return data
+    return read_json(path, "a sentence-transformers config", MtebError)
 
 
 def declared_prompts(st_config: dict, where: Path | None = None) -> tuple[dict[str, str], str | None]:
@@ -225,12 +216,13 @@ def weights_date(folder: Path) -> str | None:
 
 def training_corpus(checkpoint: Path) -> str | None:
     """The corpus folder a checkpoint was trained on (the run's run_info.json), e.g. 'wikipedia_en_2015'."""
-    run_info = checkpoint.parent.parent / "run_info.json" if checkpoint.parent.name == "checkpoints" else None
+    run = CheckpointDir(checkpoint).run
+    run_info = run.run_info if run else None
     if run_info is None or not run_info.is_file():
         return None
     try:
-        corpus = json.loads(run_info.read_text()).get("data", {}).get("corpus")
-    except (OSError, ValueError):
+        corpus = read_json(run_info, "a run's run_info.json").get("data", {}).get("corpus")
+    except (ReadError, AttributeError):  # a damaged run_info names no corpus
         return None
     return Path(corpus).name if isinstance(corpus, str) else None
 

@@ -25,17 +25,18 @@ import logging
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from sklearn.exceptions import ConvergenceWarning
 
 from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR
 from crossbert_model.utils import atomic_write_text, sha256_file
+from crossbert_model.readers import read_text
 
 from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
 from .mteb_benchmark import check_local_data, resolve_mteb_tasks
 from .mteb_tasks import MtebError, data_status
-from .report.text_tables import mteb_text_table
 from .results import ResultsStore, unit_key
 from .tasks import all_tasks
 
@@ -89,6 +90,15 @@ def _without_superseded_warnings():
         source.removeFilter(drop)
 
 
+@dataclass(frozen=True)
+class MtebRun:
+    """What a run measured beside its rows (a table of them: report.text_tables.mteb_text_table): the benchmark's plan
+    (its coverage) when a benchmark was asked, and the wall time."""
+
+    plan: object | None  # mteb_benchmark.BenchmarkPlan
+    wall_s: float
+
+
 def run_mteb(
     model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layers: str | int | list = "last",
     pooling: str | None = None, out_dir: str | Path = MTEB_DIR, results_dir: str | None = None, feature_cache: str | None = FEATURES_DIR,
@@ -96,7 +106,7 @@ def run_mteb(
     dtype: str = "fp32", allow_pickle: bool = False, trust_remote_code: bool = False,
 ):  # fmt: skip
     """Run mteb on `model` at every layer of `layers` (all | last | N | N,M,..., or a list of numbers: the grammar of
-    `crossbert probe --layers`); return (rows, table text). Rows also go to the results store.
+    `crossbert probe --layers`); return (rows, MtebRun). Rows also go to the results store.
     Each text set is encoded ONCE for all the layers (LayerFeatures), then mteb scores each layer as its own model
     (its own ModelMeta experiment: mteb_encoder.py). Tasks run one after the other, every layer of a task before
     the next task, so memory holds one task's features.
@@ -183,12 +193,12 @@ def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_
     store.append(rows if overwrite else new)
     folder = result_files[(task_objects[0].metadata.name, layer_indices[0])].parent
     if len(layer_indices) > 1:
-        folder = folder.parent.parent if folder.parent.name == "experiments" else folder  # the revision's folder
+        folder = folder.parents[1] if folder.parent.name == "experiments" else folder  # the revision's folder (mteb's cache layout)
         log.info("mteb: %d text set(s), each encoded (or read from the feature cache) once for the %d layers",
                  shared.passes, len(layer_indices))  # fmt: skip
     others = " (layers other than the model's own setting: its experiments/ folder)" if len(layer_indices) > 1 else ""
     log.info("mteb results: %s%s", folder, others)
-    return rows, mteb_text_table(rows, plan, wall_s=time.perf_counter() - started)
+    return rows, MtebRun(plan, time.perf_counter() - started)
 
 
 @contextlib.contextmanager
@@ -230,7 +240,7 @@ def drop_unverified_results(paths: list[Path]) -> None:
         if not path.is_file():
             continue
         stamp = _stamp_of(path)
-        if stamp.is_file() and stamp.read_text().strip() == sha256_file(path):
+        if stamp.is_file() and read_text(stamp, "a result's SHA-256 stamp").strip() == sha256_file(path):
             continue
         log.warning("%s: a cached mteb result %s: not trusted, evaluated again", path,
                     "that changed since this tool wrote it" if stamp.is_file() else "this tool did not write")  # fmt: skip

@@ -35,11 +35,10 @@ from crossbert_model.utils import (
     json_text,
     atomic_path,
     atomic_write_text,
-    jsonl_row,
     provenance,
-    read_jsonl,
     stable_hash,
 )
+from crossbert_model.readers import jsonl_row, read_arrays, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +80,7 @@ class ResultsStore:
         path = self._predictions_path(unit)
         if not path.exists():
             return None
-        with np.load(path, allow_pickle=False) as saved:
-            return saved["y_true"], saved["y_pred"]
+        return read_arrays(path, ("y_true", "y_pred"), "a unit's labels and predictions")
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -27,32 +27,38 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, folder_name, from_dict, load_config, to_dict
+from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
 from crossbert_model.checkpoint import list_checkpoints, read_trainer_state
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
 from crossbert_model.presets import PRESETS
 from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
 from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
 from crossbert_model.logs import duration
-from crossbert_model.train import unigram_entropies_for_run
-from crossbert_model.train_config import TrainConfig, check_seed, model_config, validate_config
+from crossbert_model.train_config import TrainConfig, model_config, validate_config
+from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
+from crossbert_model.limits import (
+    FOLDER_NAME_LIMIT, LAYERS, NON_EMPTY, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, SECONDS, SEED, OneOf, OutsideDataRoot, Range, SameAs,
+    SomeOf, Text, Unique, check_limits, check_relations, relation,
+)  # fmt: skip
 from crossbert_model.errors import CrossbertError, report_crashes_in
+from crossbert_model.readers import ReadError, read_json, read_jsonl
 from crossbert_model.utils import (
-    check_outside_data_root,
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
     data_root,
     exclusive_lock,
     provenance,
-    read_jsonl,
     set_offline_env,
     stable_hash,
 )
 
-from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
-from .report.loading import CHECKPOINTS_FILE, RELIANCE_FILE, SKIPPED_FILE, SMOKE_TEST_KEY, UNIGRAM_FILE
+from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
+from .folder_layout import SweepDir
+from .results import RESULTS_FILE
+from .report.loading import SMOKE_TEST_KEY
 from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds
 
 log = logging.getLogger("crossbert.sweep")
@@ -60,9 +66,9 @@ log = logging.getLogger("crossbert.sweep")
 
 @dataclass
 class ObjectiveSpec:
-    name: str
-    objective: str  # a name of crossbert_model.objectives: mlm | crossbert
-    mask_ratio: float | None = None
+    name: Annotated[str, FOLDER_NAME_LIMIT]  # it names run folders <name>-<size>-s<seed>
+    objective: Annotated[str, SameAs("crossbert_model.train_config:ModelArgs.objective")]  # a name of crossbert_model.objectives: mlm | crossbert
+    mask_ratio: Annotated[float | None, SameAs("crossbert_model.train_config:ModelArgs.mask_ratio")] = None
     complementary_masking: bool = True
     # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
     model: dict = field(default_factory=dict)
@@ -77,74 +83,86 @@ class SubmititArgs:
     (train + probe) through submitit's AutoExecutor, for SLURM; `cluster: local` runs the jobs as processes
     of this machine (all at once: for tests and debugging)."""
 
-    cluster: str | None = None  # None: SLURM where `sbatch` is found, else local; or "slurm" | "local" | "debug"
+    cluster: Annotated[str | None, OneOf("slurm", "local", "debug")] = None  # None: SLURM where `sbatch` is found, else local
     folder: str | None = None  # job scripts, pickles and logs; default <sweep>/submitit
     partition: str | None = None  # SLURM partition
-    timeout_min: int = 24 * 60  # per job; a job timed out (or pre-empted) is requeued and resumes its run
-    cpus_per_task: int | None = None
-    gpus_per_node: int = 0
-    mem_gb: float | None = None
-    max_parallel: int | None = None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
+    timeout_min: Annotated[int, POSITIVE] = 24 * 60  # per job; a job timed out (or pre-empted) is requeued and resumes its run
+    cpus_per_task: Annotated[int | None, POSITIVE] = None
+    gpus_per_node: Annotated[int, NON_NEGATIVE_INT] = 0
+    mem_gb: Annotated[float | None, POSITIVE] = None
+    max_parallel: Annotated[int | None, POSITIVE] = None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
     slurm: dict = field(default_factory=dict)  # further submitit SLURM parameters: {account: x, qos: y, constraint: z}
     wait: bool = True  # wait for the jobs, then rebuild the report (the last job rebuilds it as well)
 
 
+def _readable_json(path: Path) -> dict | None:
+    """A stamp of our own: a damaged one is as good as none (the work it stamps is done again)."""
+    try:
+        return read_json(path, "a stamp")
+    except ReadError:
+        return None
+
+
 @dataclass
 class SweepConfig:
-    name: str = "sweep"
-    out_dir: str = "runs/sweeps"
-    sizes: list[str] = field(default_factory=lambda: ["nano", "tiny", "mini"])
-    objectives: list[ObjectiveSpec] = field(
+    FIELD_KIND = "sweep field"  # how messages name a field (crossbert_model.limits)
+
+    name: Annotated[str, FOLDER_NAME_LIMIT] = "sweep"  # the sweep's folder is out_dir/name
+    out_dir: Annotated[str, OutsideDataRoot()] = "runs/sweeps"
+    sizes: Annotated[list[Annotated[str, OneOf(*PRESETS)]], NON_EMPTY, Unique()] = field(default_factory=lambda: ["nano", "tiny", "mini"])
+    # each named once: a run named twice would be trained once and reported twice
+    objectives: Annotated[list[ObjectiveSpec], NON_EMPTY, Unique(lambda o: o.name, "name")] = field(
         default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
     )
     # the objective every other is compared with in the report's comparisons (None: the first objective listed;
     # crossbert_eval.report.loading.reference_objective reads it back from sweep.yaml)
-    reference_objective: str | None = None
-    seeds: list[int] = field(default_factory=lambda: [0])
-    budget: str = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
-    budget_tokens: int = 2_000_000
-    budget_flops: float | None = None
-    checkpoint_fractions: list[float] = field(default_factory=lambda: [0.5, 1.0])
+    reference_objective: Annotated[str | None, Text("an objective's name")] = None
+    seeds: Annotated[list[Annotated[int, SEED]], NON_EMPTY, Unique()] = field(default_factory=lambda: [0])
+    budget: Annotated[str, OneOf("tokens", "flops")] = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
+    budget_tokens: Annotated[int, POSITIVE_INT] = 2_000_000
+    budget_flops: Annotated[float | None, POSITIVE] = None
+    checkpoint_fractions: Annotated[list[Annotated[float, Range(0, 1, low_open=True, words="a fraction of the run in (0, 1]")]], NON_EMPTY] = field(
+        default_factory=lambda: [0.5, 1.0])
     train: dict = field(default_factory=dict)  # nested overrides of TrainConfig for every run
     size_overrides: dict = field(default_factory=dict)  # {preset: {nested TrainConfig overrides}}
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
-    probes: list[str] = field(default_factory=lambda: ["linear", "knn"])
-    probe_layers: str = "all"  # for final checkpoints
-    intermediate_layers: str = "last"  # for the earlier checkpoints (probe score along training)
-    poolings: list[str] = field(default_factory=lambda: ["mean"])
+    probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
+    probe_layers: Annotated[str, LAYERS] = "all"  # for final checkpoints
+    intermediate_layers: Annotated[str, LAYERS] = "last"  # for the earlier checkpoints (probe score along training)
+    poolings: Annotated[list[str], SomeOf(*POOLINGS)] = field(default_factory=lambda: ["mean"])
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
-    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
-    max_probe_train: int | None = None  # seeded subsample of each probe's train split
+    feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
+    max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
     # Representation geometry (crossbert_eval.geometry_runner) of each probed checkpoint on the probed
     # layers and poolings: evaluation-split texts, the probe stage's cached features where they match.
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
-    mteb_layers: str = "last"
-    batch_size: int = 128  # encoding
+    mteb_layers: Annotated[str, LAYERS] = "last"
+    batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
     # Tables, plots and report are rebuilt after a run once this many seconds have passed since the last
     # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
-    report_every_s: float = 300.0
+    report_every_s: Annotated[float, Range(0, words="a number of seconds >= 0", shown=">= 0 s")] = 300.0
     data_root: str | None = None
     # Workers (see the module docstring): a run claimed on another host is taken over once its claim has not
     # been renewed for claim_lease_s (its worker renews it every tenth of that); on this host as soon as its
     # process is gone. A worker whose remaining runs are all held by others looks again every worker_poll_s.
-    claim_lease_s: float = 600.0
-    worker_poll_s: float = 30.0
+    claim_lease_s: Annotated[float, SECONDS] = 600.0
+    worker_poll_s: Annotated[float, SECONDS] = 30.0
     # A wall-clock budget for this worker (`--budget-s`; None: none). Runs go cheapest first; once a run has been timed,
-    # a run predicted not to end inside the budget (WallBudget) is skipped and recorded in SKIPPED_FILE, and the report
+    # a run predicted not to end inside the budget (WallBudget) is skipped and recorded in SweepDir.skipped, and the report
     # is built at the end. Rows land in the store as they are measured, so a kill at the limit loses the run in flight.
-    budget_s: float | None = None
+    budget_s: Annotated[float | None, SECONDS] = None
     # What the machine must have, checked before the first step (check_machine): "cuda" refuses to start without a
     # CUDA GPU (and without bf16 on it when train.dtype is bf16); None runs wherever it is started.
-    device: str | None = None
+    device: Annotated[str | None, OneOf("cuda")] = None
     # An optional package a part of the sweep needs (OPTIONAL_PACKAGES) that is not installed: "refuse" stops before
     # the first step naming it; "leave_out" names it in one line and leaves that part's rows out (a machine without faiss).
-    missing_packages: str = "refuse"
+    missing_packages: Annotated[str, OneOf("refuse", "leave_out")] = "refuse"
     # A smoke run of the whole pipeline (`--limit N`; None: a real sweep): every objective and size at the first LIMIT_SEEDS
     # seeds, each run LIMIT_STEPS steps uncompiled, validated on at most N sequences, each probe split capped at N examples
     # (train and evaluation), into a folder of its own, <name>-limit<N>. Its numbers mean nothing: its report,
     # summary.json and verdict say so (report.loading.smoke_notice).
-    limit: int | None = None
+    limit: Annotated[int | None, POSITIVE_INT] = None  # examples per probe split
     submitit: SubmititArgs = field(default_factory=SubmititArgs)
 
     def __post_init__(self) -> None:
@@ -156,6 +174,18 @@ class SweepConfig:
     @property
     def root(self) -> Path:
         return Path(self.out_dir) / self.name
+
+    @relation("budget", "budget_flops")
+    def _a_flops_budget_names_its_flops(self, prefix: str) -> None:
+        if self.budget == "flops" and self.budget_flops is None:
+            raise ConfigError(f"sweep field '{prefix}budget_flops': expected a positive number when budget=flops, got None")
+
+    @relation("reference_objective", "objectives")
+    def _the_reference_is_one_of_the_objectives(self, prefix: str) -> None:
+        names = [o.name for o in self.objectives]
+        if self.reference_objective is not None and self.reference_objective not in names:
+            raise ConfigError(f"sweep field '{prefix}reference_objective': expected one of the objectives ({', '.join(names)}), "
+                              f"got {self.reference_objective!r}")  # fmt: skip
 
 
 # A limited sweep (`--limit`): LIMIT_STEPS training steps a run, enough to write a checkpoint and every loss the report
@@ -188,25 +218,11 @@ class RunSpec:
 
 
 def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
-    """Every (objective, size, seed) with its resolved training config, cheapest first."""
-    if cfg.budget not in ("tokens", "flops"):
-        raise ConfigError(f"sweep field 'budget': expected 'tokens' or 'flops', got {cfg.budget!r}")
-    if cfg.budget == "flops" and not (cfg.budget_flops and cfg.budget_flops > 0):
-        raise ConfigError(f"sweep field 'budget_flops': expected a positive number when budget=flops, got {cfg.budget_flops!r}")
-    if cfg.budget == "tokens" and cfg.budget_tokens < 1:
-        raise ConfigError(f"sweep field 'budget_tokens': expected a positive integer, got {cfg.budget_tokens!r}")
-    names = [o.name for o in cfg.objectives]
-    if cfg.reference_objective is not None and cfg.reference_objective not in names:
-        raise ConfigError(f"sweep field 'reference_objective': expected one of the objectives ({', '.join(names)}), "
-                          f"got {cfg.reference_objective!r}")  # fmt: skip
-    if cfg.limit is not None and not _is_limit(cfg.limit):
-        raise ConfigError(f"sweep field 'limit': expected a positive integer (examples per probe split), got {cfg.limit!r}")
-    _check_grid(cfg)
-    _check_probe_settings(cfg)
-    for name in ("claim_lease_s", "worker_poll_s", *(("budget_s",) if cfg.budget_s is not None else ())):
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
-            raise ConfigError(f"sweep field '{name}': expected a positive number of seconds, got {value!r}")
+    """Every (objective, size, seed) with its resolved training config, cheapest first. The sweep's fields are checked
+    first (their declared limits, again for a config built or changed in code, then their relations), every run's
+    training config as it is resolved."""
+    check_limits(cfg)
+    check_relations(cfg)
     seeds = cfg.seeds[:LIMIT_SEEDS] if cfg.limit is not None else cfg.seeds
     runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in seeds]
     return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
@@ -215,7 +231,7 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
 def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:
     data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
     data = deep_merge(data, {
-        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(cfg.root / "runs"), "seed": seed, "group": cfg.name,  # W&B's group
+        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(SweepDir(cfg.root).runs), "seed": seed, "group": cfg.name,  # W&B's group
         "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
                   "complementary_masking": obj.complementary_masking, **obj.model},
     })  # fmt: skip
@@ -237,56 +253,6 @@ def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> Run
     except ConfigError as e:
         raise ConfigError(f"sweep run {data['name']}: {e}") from None
     return RunSpec(obj, size, seed, tc, flops_per_token)
-
-
-def _check_grid(cfg: SweepConfig) -> None:
-    """Sizes, objectives, seeds and checkpoint fractions: each list given, no entry twice (a run named twice
-    would be trained once and reported twice), every entry valid."""
-    for key in ("sizes", "objectives", "seeds", "checkpoint_fractions"):
-        if not getattr(cfg, key):
-            raise ConfigError(f"sweep field {key!r}: expected a list of one or more, got an empty one")
-    _unique("sizes", cfg.sizes)
-    _unique("objectives", [o.name for o in cfg.objectives], what="name")
-    _unique("seeds", cfg.seeds)
-    for i, size in enumerate(cfg.sizes):
-        if size not in PRESETS:
-            raise ConfigError(f"sweep field 'sizes[{i}]': expected one of {', '.join(PRESETS)}, got {size!r}")
-    folder_name("name", cfg.name, kind="sweep field")  # the sweep's folder is out_dir/name
-    check_outside_data_root(cfg.out_dir, "sweep field 'out_dir'")
-    for i, obj in enumerate(cfg.objectives):
-        folder_name(f"objectives[{i}].name", obj.name, kind="sweep field")  # it names run folders <name>-<size>-s<seed>
-        if obj.objective not in objective_names():
-            raise ConfigError(f"sweep field 'objectives[{i}].objective': expected one of {', '.join(objective_names())}, got {obj.objective!r}")
-    for i, seed in enumerate(cfg.seeds):
-        check_seed(f"seeds[{i}]", seed, kind="sweep field")
-    for i, fraction in enumerate(cfg.checkpoint_fractions):
-        if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and 0 < fraction <= 1):
-            raise ConfigError(f"sweep field 'checkpoint_fractions[{i}]': expected a fraction of the run in (0, 1], got {fraction!r}")
-
-
-def _unique(key: str, values: list, what: str = "entry") -> None:
-    seen = set()
-    for value in values:
-        if value in seen:
-            raise ConfigError(f"sweep field {key!r}: the {what} {value!r} is given twice; each must be given once")
-        seen.add(value)
-
-
-def _check_probe_settings(cfg: SweepConfig) -> None:
-    """The probe fields, checked before any run trains (crossbert_eval.probe_runner.ProbeSettings.validate)."""
-    from crossbert_eval.encoders import EncoderError, parse_layers
-    from crossbert_eval.probe_runner import ProbeError, ProbeSettings
-
-    try:
-        ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, poolings=cfg.poolings, max_train=cfg.max_probe_train,
-                      feature_transforms=cfg.feature_transforms)  # fmt: skip
-    except ProbeError as e:
-        raise ConfigError(f"sweep fields 'probes' / 'poolings' / 'max_probe_train' / 'feature_transforms': {e}") from None
-    for key in ("probe_layers", "intermediate_layers", "mteb_layers"):
-        try:
-            parse_layers(getattr(cfg, key))
-        except EncoderError as e:
-            raise ConfigError(f"sweep field {key!r}: {e}") from None
 
 
 def check_tasks(cfg: SweepConfig) -> None:
@@ -335,31 +301,32 @@ class Sweep:
     def __init__(self, cfg: SweepConfig):
         self.cfg = cfg
         self.root = cfg.root
+        self.folder = SweepDir(cfg.root)
         self.runs = plan_runs(cfg)
         check_tasks(cfg)
         self.rank = int(os.environ.get("RANK", "0"))
-        self.results_dir = self.root / "results"
-        self.checkpoints_file = self.root / CHECKPOINTS_FILE
+        self.results_dir = self.folder.results
+        self.checkpoints_file = self.folder.models
         self.models = ModelRecords(self.checkpoints_file)
-        self.completed_file = self.root / "completed.jsonl"  # a row per run trained and probed (its signature)
-        self.claims = Claims(self.root / "claims", self.root / ".claims.lock", cfg.claim_lease_s)
+        self.completed_file = self.folder.completed
+        self.claims = Claims(self.folder.claims, self.folder.claims_lock, cfg.claim_lease_s)
         self.budget = WallBudget(cfg.budget_s) if cfg.budget_s is not None else None
         self.skipped: set[str] = set()  # runs this worker skipped for its wall budget
 
     def timed(self, stage: str, run: RunSpec | None, **extra):
         """Wall time of each stage of the sweep, for the report and the end-to-end benchmark (run None: the whole sweep);
         rank 0 alone writes it."""
-        return timed_stage(None if self.rank else self.root / TIMINGS_FILE, stage, run.key if run else "(sweep)", **extra)
+        return timed_stage(None if self.rank else self.folder.timings, stage, run.key if run else "(sweep)", **extra)
 
     def write_manifest(self) -> None:
         if self.rank:
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.root / "sweep.yaml", dump_yaml(self.cfg))
+        atomic_write_text(self.folder.config, dump_yaml(self.cfg))
         plan = [{"run": r.key, "objective": r.objective.name, "size": r.size, "seed": r.seed, "steps": r.train.steps,
                  "checkpoint_steps": r.train.checkpoint_steps, "batch_size": r.train.batch_size,
                  "seq_len": r.train.data.seq_len, "train_flops_per_token": r.flops_per_token} for r in self.runs]  # fmt: skip
-        atomic_write_json(self.root / "plan.json", {"runs": plan, **provenance()})
+        atomic_write_json(self.folder.plan, {"runs": plan, **provenance()})
 
     def train_run(self, run: RunSpec) -> None:
         from crossbert_model.train import train
@@ -396,17 +363,17 @@ class Sweep:
         )  # fmt: skip
 
     def record_reliance(self, run: RunSpec) -> None:
-        """The encoder reliance of the run's final checkpoint (crossbert_model.reliance), once, in RELIANCE_FILE."""
+        """The encoder reliance of the run's final checkpoint (crossbert_model.reliance), once, in SweepDir.reliance."""
         from crossbert_model.reliance import encoder_reliance_for_checkpoint
 
-        if self.rank or any(r.get("run") == run.key for r in read_jsonl(self.root / RELIANCE_FILE)):
+        if self.rank or any(r.get("run") == run.key for r in read_jsonl(self.folder.reliance)):
             return
         final = dict(list_checkpoints(run.train.run_dir)).get(run.train.steps)
         if final is None:
             return
         with self.timed("reliance", run, step=run.train.steps):
             row = {"run": run.key, "step": run.train.steps, **encoder_reliance_for_checkpoint(final)}
-        append_jsonl(self.root / RELIANCE_FILE, [row])
+        append_jsonl(self.folder.reliance, [row])
 
     def _record_checkpoint(self, run: RunSpec, step: int, path: Path, encoder) -> None:
         if self.models.has(run=run.key, step=step):
@@ -434,14 +401,14 @@ class Sweep:
         rebuild (workers finishing together rebuild once); under a lock, so two workers never write it at once."""
         from crossbert_eval.report.sweep_report import build_sweep_report
 
-        stamp = self.root / ".report_inputs.json"
+        stamp = self.folder.report_stamp
         self.root.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(self.root / ".report.lock", waiting="waiting for another worker's report rebuild"):
+        with exclusive_lock(self.folder.report_lock, waiting="waiting for another worker's report rebuild"):
             for run in self.runs:  # runs completed before the sweep measured encoder reliance
                 if self.is_complete(run):
                     self.record_reliance(run)
             inputs = self._report_inputs()
-            if stamp.exists() and json.loads(stamp.read_text()) == inputs:
+            if stamp.exists() and _readable_json(stamp) == inputs:
                 log.info("sweep %s: report up to date (nothing new since its last rebuild)", self.cfg.name)
                 return
             with self.timed("report", None):
@@ -450,8 +417,8 @@ class Sweep:
 
     def _report_inputs(self) -> dict:
         """The report's inputs as (inode, size) of its append-only files, taken before a rebuild starts."""
-        files = [self.results_dir / "results.jsonl", self.checkpoints_file, self.completed_file, self.root / UNIGRAM_FILE,
-                 self.root / RELIANCE_FILE]
+        files = [self.results_dir / RESULTS_FILE, self.checkpoints_file, self.completed_file, self.folder.unigram_entropies,
+                 self.folder.reliance]
         return {f.name: [f.stat().st_ino, f.stat().st_size] if f.exists() else None for f in files}
 
     # -- work: claimed runs ------------------------------------------------------------------------
@@ -479,7 +446,7 @@ class Sweep:
         """', about T of work left': the runs not complete, at the rates this sweep has measured (one worker's time;
         several workers share it); '' before any run was timed."""
         costs = {r.key: self.run_cost(r) for r in self.runs}
-        rates = measured_rates(read_jsonl(self.root / TIMINGS_FILE), costs)
+        rates = measured_rates(read_jsonl(self.folder.timings), costs)
         if rates is None:
             return ""
         left = sum(predicted_seconds(costs[r.key], rates) for r in self.pending()) / PREDICTION_MARGIN
@@ -487,18 +454,18 @@ class Sweep:
 
     def fits_budget(self, run: RunSpec) -> bool:
         """Whether `run` is predicted to end inside the wall budget (always, without one); a run that is not is
-        skipped by this worker and recorded in SKIPPED_FILE with the prediction."""
+        skipped by this worker and recorded in SweepDir.skipped with the prediction."""
         if self.budget is None:
             return True
         costs = {r.key: self.run_cost(r) for r in self.runs}
-        fits, predicted, left = self.budget.verdict(costs[run.key], read_jsonl(self.root / TIMINGS_FILE), costs)
+        fits, predicted, left = self.budget.verdict(costs[run.key], read_jsonl(self.folder.timings), costs)
         if fits:
             return True
         self.skipped.add(run.key)
         why = f"predicted {predicted:.0f} s" if predicted is not None else "no time left"
         log.warning("sweep %s: skipping %s for the wall budget (%s, %.0f s left for runs)", self.cfg.name, run.key, why, left)
         if not self.rank:
-            append_jsonl(self.root / SKIPPED_FILE, [{"run": run.key, "predicted_s": predicted, "left_s": round(left, 1),
+            append_jsonl(self.folder.skipped, [{"run": run.key, "predicted_s": predicted, "left_s": round(left, 1),
                                                      "budget_s": self.cfg.budget_s, **this_process(), "time": timestamp()}])  # fmt: skip
         return False
 
@@ -559,7 +526,7 @@ class Sweep:
         if self.skipped:
             log.warning("sweep %s: %d run(s) skipped for the wall budget (%s); run the sweep again to add them",
                         self.cfg.name, len(self.skipped), ", ".join(sorted(self.skipped)))
-        log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
+        log.info("sweep %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
 
     def compute_baselines(self) -> None:
@@ -571,8 +538,8 @@ class Sweep:
         """The report's verdict (summary.json) as the sweep's last lines."""
         from .report.noise import verdict_lines
 
-        if not self.rank and (self.root / "summary.json").is_file():
-            summary = json.loads((self.root / "summary.json").read_text())
+        if not self.rank and self.folder.summary.is_file():
+            summary = read_json(self.folder.summary, "the report's summary")
             notice = [summary[SMOKE_TEST_KEY]] if SMOKE_TEST_KEY in summary else []  # a limited sweep's, first
             log.info("sweep %s verdict:\n%s", self.cfg.name, "\n".join(notice + verdict_lines(summary) + notice))
 
@@ -586,7 +553,7 @@ class Sweep:
         for run in self.runs:
             self.evaluate_run(run)
         self.report()
-        log.info("sweep %s complete: %s", self.cfg.name, self.root / "report.md")
+        log.info("sweep %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
 
 
@@ -598,13 +565,15 @@ def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None
     key=value), its corpus is read with the tokenizer the runs were trained with: `tokenizer`, else
     <root>/tokenizer (a committed sweep's pinned copy), else the run's final checkpoint. The corpus is
     tokenized once if the token cache (the plan's data.cache_dir) lacks it; no model is loaded."""
+    from crossbert_model.train import unigram_entropies_for_run  # here: the trainer loads only for the command that fills
+
     set_offline_env()
-    root = Path(root)
-    if not (root / "sweep.yaml").is_file():
-        raise ConfigError(f"{root}: not a sweep folder (no sweep.yaml): nothing to fill")
-    cfg = load_config(SweepConfig, root / "sweep.yaml", overrides)
+    root, folder = Path(root), SweepDir(root)
+    if not folder.config.is_file():
+        raise ConfigError(f"{root}: not a sweep folder (no {folder.config.name}): nothing to fill")
+    cfg = load_config(SweepConfig, folder.config, overrides)
     cfg.data_root = str(data_root(data_root_dir))  # this machine's: the recorded one may be another's
-    final = {r["run"]: r for r in read_jsonl(root / CHECKPOINTS_FILE) if r.get("step") == r.get("total_steps")}
+    final = {r["run"]: r for r in read_jsonl(folder.models) if r.get("step") == r.get("total_steps")}
     rows = []
     for run in [r for r in plan_runs(cfg) if r.key in final]:
         source = _trained_tokenizer(root, final[run.key], tokenizer)
@@ -612,8 +581,8 @@ def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None
         entropies = unigram_entropies_for_run(run.train, source)
         ratio = model_config(run.train.model, run.train.data).mask_ratio
         rows.append({"run": run.key, "mask_ratio": ratio, **entropies, "tokenizer": str(source), "smoothing": SMOOTHING})
-    atomic_write_text(root / UNIGRAM_FILE, "".join(json.dumps(r) + "\n" for r in rows))
-    return root / UNIGRAM_FILE
+    atomic_write_text(folder.unigram_entropies, "".join(json.dumps(r) + "\n" for r in rows))
+    return folder.unigram_entropies
 
 
 def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None) -> Path:
@@ -632,7 +601,6 @@ OPTIONAL_PACKAGES = {
     "faiss": ("the kNN probe", "probes", lambda cfg: setattr(cfg, "probes", [p for p in cfg.probes if p != "knn"])),
     "mteb": ("mteb tasks", "mteb_tasks", lambda cfg: setattr(cfg, "mteb_tasks", [])),
 }
-MACHINE_CHOICES = {"device": (None, "cuda"), "missing_packages": ("refuse", "leave_out")}
 
 
 def _asks_for(cfg: SweepConfig, package: str) -> bool:
@@ -644,9 +612,6 @@ def check_machine(cfg: SweepConfig) -> None:
     runs train in bf16), and the optional packages its parts need (refused, or left out in one line each)."""
     import importlib.util
 
-    for name, choices in MACHINE_CHOICES.items():
-        if getattr(cfg, name) not in choices:
-            raise ConfigError(f"sweep field '{name}': expected one of {', '.join(map(str, choices))}, got {getattr(cfg, name)!r}")
     if cfg.device == "cuda":
         import torch
 

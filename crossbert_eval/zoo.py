@@ -31,23 +31,27 @@ else mean; recorded in every row (`pooling`, `pooling_source`) and in checkpoint
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from crossbert_model.args import ConfigError, config_main, dump_yaml, folder_name
+from crossbert_model.args import config_main, dump_yaml
 from crossbert_model.checkpoint import read_trainer_state
-from crossbert_model.defaults import DTYPES, POOLINGS
+from crossbert_model.defaults import DTYPES, FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
+from crossbert_model.limits import (
+    FOLDER_NAME_LIMIT, LAYERS, POSITIVE_INT, NonEmpty, OneOf, OutsideDataRoot, SomeOf, Text, Unique, check_limits, check_relations,
+)  # fmt: skip
 from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
-from crossbert_model.utils import atomic_write_text, check_outside_data_root, data_root, set_offline_env
+from crossbert_model.utils import atomic_write_text, data_root, set_offline_env, sha256_file
+from crossbert_model.run_layout import CheckpointDir
 
-from .evaluation import TIMINGS_FILE, EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
-from .report.loading import CHECKPOINTS_FILE
-from .report.zoo_report import ZOO_FILE, build_zoo_report
+from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
+from .folder_layout import ZooDir
+from .report.zoo_report import build_zoo_report
 
 log = logging.getLogger("crossbert.zoo")
 
@@ -58,32 +62,38 @@ class ZooError(CrossbertError, ValueError):
 
 @dataclass
 class ZooModel:
-    model: str  # a model folder, one of our checkpoint / run folders, 'minilm', or a hub id org/name[@revision]
-    name: str | None = None  # display name (default: the model argument); unique within the zoo
-    family: str | None = None  # the line this model belongs to in the size plots (default: its name)
-    pooling: str | None = None  # mean | cls | max; default: the sentence-transformers config, else mean
+    # a model folder, one of our checkpoint / run folders, 'minilm', or a hub id org/name[@revision]
+    model: Annotated[str, Text("a model folder, checkpoint, 'minilm' or hub id")]
+    name: Annotated[str | None, Text("a display name")] = None  # display name (default: the model argument); unique within the zoo
+    family: Annotated[str | None, Text("a family name")] = None  # the line this model belongs to in the size plots (default: its name)
+    # default: the sentence-transformers config, else mean
+    pooling: Annotated[str | None, OneOf(*POOLINGS)] = None
     # run the Python the model folder carries (auto_map) to load it: only for a folder you trust (recorded in its rows)
     trust_remote_code: bool = False
-    made_by: str | None = None  # the command that makes this model where it is missing (said when it is)
+    made_by: Annotated[str | None, Text("a command")] = None  # the command that makes this model where it is missing (said when it is)
 
 
 @dataclass
 class ZooConfig:
-    name: str = "zoo"
-    out_dir: str = "runs/zoo"
-    models: list[ZooModel] = field(default_factory=list)
+    FIELD_KIND = "zoo field"  # how messages name a field (crossbert_model.limits)
+
+    name: Annotated[str, FOLDER_NAME_LIMIT] = "zoo"  # the zoo's folder is out_dir/name
+    out_dir: Annotated[str, OutsideDataRoot()] = "runs/zoo"
+    # display names unique: each is a point of the plots
+    models: Annotated[list[ZooModel], NonEmpty("a list of models ({model: ..., name: ..., family: ...})", "none"),
+                      Unique(lambda entry: entry.name or entry.model, "display name")] = field(default_factory=list)  # fmt: skip
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
-    probes: list[str] = field(default_factory=lambda: ["linear", "knn"])
-    probe_layers: str = "all"
-    max_probe_train: int | None = None  # seeded subsample of each probe's train split
+    probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
+    probe_layers: Annotated[str, LAYERS] = "all"
+    max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
-    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
+    feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
-    mteb_layers: str = "last"  # all | last | N,M,...: layers mteb evaluates (features of every layer are cached)
-    batch_size: int = 128  # encoding
-    max_length: int | None = None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
-    dtype: str = "fp32"  # fp32 | bf16 | auto: as FrozenEncoder.load
+    mteb_layers: Annotated[str, LAYERS] = "last"  # layers mteb evaluates (features of every layer are cached)
+    batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
+    max_length: Annotated[int | None, POSITIVE_INT] = None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
+    dtype: Annotated[str, OneOf(*DTYPES)] = "fp32"  # as FrozenEncoder.load
     features_dir: str | None = None  # feature cache (default: <root>/features); zoos may share one
     data_root: str | None = None
 
@@ -148,7 +158,7 @@ def seed_hub_cache(cache_dir: str | os.PathLike, repo_id: str, folder: str | os.
     folder, repo = Path(folder), Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
     snapshot = repo / "snapshots" / revision
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
         blob = repo / "blobs" / digest
         if not blob.exists():
             blob.parent.mkdir(parents=True, exist_ok=True)
@@ -178,51 +188,16 @@ def entry_family(entry: ZooModel) -> str:
 
 
 def check_zoo_config(cfg: ZooConfig) -> None:
-    """Everything that needs no model load: entries, poolings, probes, task names. One ZooError / ConfigError."""
-    from crossbert_eval.probe_runner import ProbeSettings
+    """Everything that needs no model load: the fields' declared limits (entries, poolings, probes, layers; again, for
+    a config built or changed in code), then the task names. One ZooError / ConfigError."""
     from crossbert_eval.tasks import resolve_tasks
 
-    folder_name("name", cfg.name, kind="zoo field")  # the zoo's folder is out_dir/name
-    check_outside_data_root(cfg.out_dir, "zoo field 'out_dir'")
-    if not cfg.models:
-        raise ConfigError("zoo field 'models': expected a list of models ({model: ..., name: ..., family: ...}), got none")
-    names: dict[str, int] = {}
-    for i, entry in enumerate(cfg.models):
-        where = f"zoo models[{i}] ({entry_name(entry)})"
-        if not entry.model or not str(entry.model).strip():
-            raise ConfigError(f"zoo models[{i}].model: expected a model folder, checkpoint, 'minilm' or hub id, got {entry.model!r}")
-        if entry.pooling is not None and entry.pooling not in POOLINGS:
-            raise ConfigError(f"{where}.pooling: expected one of {', '.join(POOLINGS)} (or unset: the model's own), got {entry.pooling!r}")
-        name = entry_name(entry)
-        if name in names:
-            raise ConfigError(f"{where}.name: {name!r} is also the name of models[{names[name]}]; display names must be unique")
-        names[name] = i
-    if cfg.dtype not in DTYPES:
-        raise ConfigError(f"zoo field 'dtype': expected fp32, bf16 or auto, got {cfg.dtype!r}")
-    for key, optional in (("batch_size", False), ("max_length", True)):
-        value = getattr(cfg, key)
-        if not (optional and value is None) and value < 1:
-            raise ConfigError(f"zoo field {key!r}: expected a positive integer{' (or unset)' * optional}, got {value!r}")
-    for key in ("probe_layers", "mteb_layers"):
-        _check_layers(key, getattr(cfg, key))
+    check_limits(cfg)
+    check_relations(cfg)
     if cfg.probe_tasks:
-        try:
-            ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, max_train=cfg.max_probe_train,
-                          feature_transforms=cfg.feature_transforms)  # validates probes / max_train / feature_transforms
-        except CrossbertError as e:
-            raise ConfigError(f"zoo fields 'probes' / 'max_probe_train' / 'feature_transforms': {str(e).removeprefix('--probe: ')}") from None
         resolve_tasks(cfg.probe_tasks)
     if cfg.geometry_tasks:
         resolve_tasks(cfg.geometry_tasks)
-
-
-def _check_layers(key: str, spec) -> None:
-    from crossbert_eval.encoders import EncoderError, parse_layers
-
-    try:
-        parse_layers(spec)
-    except EncoderError as e:
-        raise ConfigError(f"zoo field {key!r}: {e}") from None
 
 
 def preflight(cfg: ZooConfig) -> None:
@@ -261,15 +236,16 @@ class Zoo:
         check_zoo_config(cfg)
         self.cfg = cfg
         self.root = cfg.root
-        self.results_dir = self.root / "results"
-        self.models = ModelRecords(self.root / CHECKPOINTS_FILE)
+        self.folder = ZooDir(cfg.root)
+        self.results_dir = self.folder.results
+        self.models = ModelRecords(self.folder.models)
 
     def timed(self, stage: str, name: str | None, **extra):
-        return timed_stage(self.root / TIMINGS_FILE, stage, name or "(zoo)", **extra)
+        return timed_stage(self.folder.timings, stage, name or "(zoo)", **extra)
 
     def write_manifest(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.root / ZOO_FILE, dump_yaml(self.cfg))
+        atomic_write_text(self.folder.config, dump_yaml(self.cfg))
 
     def evaluate_model(self, index: int, entry: ZooModel) -> None:
         """Load one model, record its row, then probes, geometry and mteb (units already done are skipped)."""
@@ -309,7 +285,7 @@ class Zoo:
         """The model's row in checkpoints.jsonl: a finished model (step == total_steps), its family the plot line
         and its name the point on it. A row of the same name that describes other weights, pooling or family is replaced."""
         name, source, config = entry_name(entry), encoder.source, encoder.model.config
-        state = read_trainer_state(source.folder) if source.kind == "crossbert" and (source.folder / "trainer_state.json").is_file() else {}
+        state = read_trainer_state(source.folder) if source.kind == "crossbert" and CheckpointDir(source.folder).trainer_state.is_file() else {}
         metrics = state.get("metrics") or {}
         counts = count_parameters(encoder.model)
         step = state.get("step", 0)
@@ -327,7 +303,7 @@ class Zoo:
         record = ModelRecord(run=name, line=entry_family(entry), point=name, seed=0, step=step, total_steps=step, checkpoint=entry.model,
                              details=details)  # fmt: skip
         if self.models.put(record, key=("run",), identity=("model_fingerprint", "pooling", "objective", "checkpoint")):
-            log.info("zoo %s: %s changed (model, pooling or family); its row in %s is replaced", self.cfg.name, name, CHECKPOINTS_FILE)
+            log.info("zoo %s: %s changed (model, pooling or family); its row in %s is replaced", self.cfg.name, name, self.folder.models.name)
 
     def report(self) -> Path | None:
         with self.timed("report", None):
@@ -341,7 +317,7 @@ class Zoo:
         for i, entry in enumerate(self.cfg.models):
             self.evaluate_model(i, entry)
             self.report()
-        log.info("zoo %s complete: %s", self.cfg.name, self.root / "report.md")
+        log.info("zoo %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
 
 

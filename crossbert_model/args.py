@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-import math
 import re
 import types
 import typing
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from . import readers
 from .errors import CrossbertError
 
 T = TypeVar("T")
@@ -28,7 +29,8 @@ class ConfigError(CrossbertError, ValueError):
     pass
 
 
-# Field checks: each raises ConfigError naming the field as the config file does ("optim.lr").
+# The wording of a refused field, naming it as the config file does ("optim.lr"). A field's limit is declared with
+# the field (crossbert_model.limits), which words its refusal so; the relations between fields use `require`.
 
 
 def require(ok: bool, name: str, expected: str, value) -> None:
@@ -37,53 +39,10 @@ def require(ok: bool, name: str, expected: str, value) -> None:
         raise ConfigError(f"config field {name!r}: expected {expected}, got {value!r}")
 
 
-def positive_int(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    require(ok, name, "a positive integer" + (" or null" if optional else ""), value)
-
-
-def non_negative_int(name: str, value) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, name, "an integer >= 0", value)
-
-
-def number_in(name: str, value, low: float, high: float, low_open: bool, high_open: bool) -> None:
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    require(ok, name, f"a number in {interval}", value)
-
-
-def positive_number(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-    require(ok, name, "a positive number" + (" or null" if optional else ""), value)
-
-
 # A name that becomes one folder or file name (a run, a sweep, a zoo, an objective's runs): letters, digits and _ . + -,
 # starting with a letter or digit, so never '', '.', '..', an absolute path or a path of several parts.
 FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 FOLDER_NAME_EXPECTED = "one folder name (letters, digits, '_', '.', '+' or '-', starting with a letter or digit; no '/')"
-
-
-def folder_name(name: str, value, kind: str = "config field") -> None:
-    """Refuse a value that would not be exactly one safe path segment under the folder the user gave."""
-    if not (isinstance(value, str) and FOLDER_NAME.fullmatch(value) and value != ".."):
-        raise ConfigError(f"{kind} {name!r}: expected {FOLDER_NAME_EXPECTED}, got {value!r}")
-
-
-def one_of(name: str, value, choices) -> None:
-    if value not in choices and isinstance(value, str):  # a mistyped name (preset, objective, ...): say which was meant
-        matches = close_matches(value, map(str, choices))
-        hint = f" (did you mean {' or '.join(matches)}?)" if matches else ""
-        raise ConfigError(f"config field {name!r}: expected one of {', '.join(map(str, choices))}, got {value!r}{hint}")
-    require(value in choices, name, "one of " + ", ".join(map(str, choices)), value)
-
-
-def boolean(name: str, value) -> None:
-    require(isinstance(value, bool), name, "true or false", value)
 
 
 def _folded(name: str) -> str:
@@ -164,9 +123,21 @@ def _missing(cls: type, data: dict) -> tuple[list[str], list[str]]:
     return missing, required_
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check / convert a parsed YAML value against a field annotation (int -> float is allowed)."""
+def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending: list | None = None) -> Any:
+    """Check / convert a parsed YAML value against a field annotation (int -> float is allowed). An annotation's
+    limits (`Annotated[float, POSITIVE]`: metadata with a `check`, crossbert_model.limits) are checked on the
+    converted value, naming the field as `kind` 'where'; a `heavy` one is put on `pending`, checked after the rest."""
     origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        base, *metas = typing.get_args(tp)
+        value = _coerce(value, base, where, kind, pending)
+        optional = typing.get_origin(base) in (typing.Union, types.UnionType) and type(None) in typing.get_args(base)
+        for meta in [m for m in metas if callable(getattr(m, "check", None))] if value is not None else ():
+            if getattr(meta, "heavy", False) and pending is not None:
+                pending.append(lambda meta=meta, value=value: meta.check(value, where, kind, optional))
+            else:
+                meta.check(value, where, kind, optional)
+        return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -176,7 +147,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, kind, pending)
             except ConfigError as e:
                 errors.append(e)
         raise errors[0] if errors else ConfigError(f"{where}: invalid value {value!r}")
@@ -186,7 +157,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise WrongType(where, list, value)
         (item_tp, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_coerce(v, item_tp, f"{where}[{i}]", kind, pending) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
@@ -195,7 +166,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise WrongType(where, tp, value)
-        return from_dict(tp, value, where)
+        return from_dict(tp, value, where, kind, pending)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):
@@ -208,10 +179,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict, where: str = "") -> T:
+def from_dict(cls: type[T], data: dict, where: str = "", kind: str | None = None, _pending: list | None = None) -> T:
     """The one typed loader: a YAML mapping -> `cls` (nested dataclasses), each value checked against its
     annotation. Keys in the mapping's order; an unknown key, a missing required one (no default, or
-    `required()`), a value of the wrong type: UnknownKeys, MissingKeys, WrongType."""
+    `required()`), a value of the wrong type: UnknownKeys, MissingKeys, WrongType. A value out of its field's
+    declared limit (crossbert_model.limits): ConfigError "KIND 'key': expected ..., got ...", KIND the class's
+    FIELD_KIND ('config field' unless it says otherwise); limits that import torch are checked last."""
     types_ = _field_types(cls)
     unknown = [k for k in data if k not in types_]
     if unknown:
@@ -219,13 +192,19 @@ def from_dict(cls: type[T], data: dict, where: str = "") -> T:
     missing, required_ = _missing(cls, data)
     if missing:
         raise MissingKeys(where, missing, required_, cls)
+    kind = kind or getattr(cls, "FIELD_KIND", "config field")
+    pending = [] if _pending is None else _pending
+    annotated = typing.get_type_hints(cls, include_extras=True)
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(value, types_[name], f"{where}.{name}" if where else name)
+        kwargs[name] = _coerce(value, annotated[name], f"{where}.{name}" if where else name, kind, pending)
     try:
         obj = cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
+    if _pending is None:  # the outermost call: the heavy limits, once every light one has passed
+        for check in pending:
+            check()
     return obj
 
 
@@ -266,11 +245,8 @@ def parse_overrides(overrides: list[str], cls: type) -> dict:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key=value (e.g. model.preset=mini)")
         key, raw = item.split("=", 1)
-        try:
-            value = safe_load_yaml(raw) if raw.strip() else None
-        except yaml.YAMLError as e:
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(f"command-line override {item!r}: the value is not valid YAML ({problem})") from None
+        where = f"command-line override {item!r}: the value"
+        value = readers.parse_yaml(raw, where, ConfigError, with_line=False) if raw.strip() else None
         _set_dotted(data, key.strip(), value, cls)
     return data
 
@@ -282,25 +258,9 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-# libyaml's loader where PyYAML was built with it: the same safe subset, about ten times faster (36 task files:
-# 0.3 s instead of several seconds, the bulk of `crossbert tasks`)
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load, by libyaml when available."""
-    return yaml.load(text, Loader=_SAFE_LOADER)
-
-
 def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    with open(path) as f:
-        data = safe_load_yaml(f.read()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping at top level, got {type(data).__name__}")
-    return data
+    """A YAML config file: a mapping at top level."""
+    return readers.read_yaml(path, "a YAML config (a mapping of config keys)", ConfigError)
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
@@ -313,9 +273,11 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
 
 
 def _source_of(message: str, path, overrides: list[str]) -> str:
-    """Where the value a typing error names came from: the command-line override that set its key (or a key above it),
-    else the YAML file."""
-    key = re.sub(r"\[\d+\]", "", message.split(":", 1)[0]).strip()
+    """Where the value a typing or limit error names ("optim.lr: ..." or "config field 'optim.lr': ...") came from:
+    the command-line override that set its key (or a key above it), else the YAML file."""
+    head = message.split(":", 1)[0]
+    quoted = re.match(r"\w+ field '([^']+)'", head)
+    key = re.sub(r"\[\d+\]", "", quoted.group(1) if quoted else head).strip()
     for override in reversed(overrides):  # the last override of a key wins, as in parse_overrides
         name = override.split("=", 1)[0].strip()
         if key == name or key.startswith(name + "."):
@@ -330,6 +292,7 @@ class ConfigKey:
     key: str  # dotted: optim.lr
     default: Any
     description: str  # the comment the dataclass carries for the field ('' when none)
+    limit: str = ""  # its declared limit, short ("> 0", "cosine|linear|constant"; crossbert_model.limits)
 
 
 def _field_comments(cls: type) -> dict[str, str]:
@@ -361,6 +324,7 @@ def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:
     """Every key of a config dataclass with its default and comment, sections (nested dataclasses) after the
     top-level keys, each section's keys dotted (`model.preset`)."""
     comments, keys, sections = _field_comments(cls), [], []
+    annotated = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
@@ -368,7 +332,12 @@ def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:
         if dataclasses.is_dataclass(default):
             sections += config_keys(type(default), f"{prefix}{f.name}.")
         else:
-            keys.append(ConfigKey(prefix + f.name, None if default is dataclasses.MISSING else default, comments.get(f.name, "")))
+            tp = annotated[f.name]
+            metas = typing.get_args(tp)[1:] if typing.get_origin(tp) is typing.Annotated else ()
+            item = (typing.get_args(tp) or [None])[0] if typing.get_origin(tp) is list else None  # list[Annotated[int, ...]]
+            each = typing.get_args(item)[1:] if typing.get_origin(item) is typing.Annotated else ()
+            limit = "; ".join([m.shown for m in metas if getattr(m, "shown", "")] + [f"each {m.shown}" for m in each if getattr(m, "shown", "")])
+            keys.append(ConfigKey(prefix + f.name, None if default is dataclasses.MISSING else default, comments.get(f.name, ""), limit))
     return keys + sections
 
 
@@ -391,7 +360,8 @@ def format_config_keys(cls: type) -> str:
             doc = section_doc(cls, head)
             lines.append(f"\n[{head}]" + (f"  {doc}" if doc else ""))
         cell = f"  {k.key}={yaml.safe_dump(k.default, default_flow_style=True).strip().removesuffix('...').strip()}"
-        lines.append(f"{cell:34} {k.description}" if k.description else cell)
+        cell += f"  ({k.limit})" if k.limit else ""
+        lines.append(f"{cell:44} {k.description}" if k.description else cell)
     return "\n".join(lines).lstrip("\n")
 
 

@@ -18,50 +18,39 @@ naming the file, so a resume can fall back to the previous checkpoint.
 
 from __future__ import annotations
 
-import json
 import logging
-import pickle
-import re
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
+from safetensors import SafetensorError
 
+from . import readers
 from .config import CrossBertConfig
-from .model_card import run_config_of, write_model_card
 from .objectives import objective_of
 from .portable import write_portable_files
 from .remote_code import from_pretrained
-from .utils import atomic_path, atomic_write_json
-from .errors import CrossbertError, one_line, quoted_os_error
+from .run_layout import CheckpointDir, RunDir
+from .utils import atomic_path, atomic_write_json, atomic_write_text
+from .errors import CrossbertError, quoted_os_error
 
 log = logging.getLogger(__name__)
-STEP_DIR = re.compile(r"^step_(\d+)$")
-COMPLETE_MARKER = "COMPLETE"
 
 
 class CheckpointError(CrossbertError, ValueError):
     pass
 
 
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:07d}"
-
-
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
+    """(step, folder) of the run's complete checkpoints, by step."""
     found = []
-    for p in root.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and (p / COMPLETE_MARKER).exists():
-            found.append((int(m.group(1)), p))
-        elif m:  # never silently: a folder copied half-way, or one written before the marker existed
-            log.warning("%s: no %s marker, so not used as a checkpoint (touch %s if you trust it)", p, COMPLETE_MARKER, p / COMPLETE_MARKER)
-    return sorted(found)
+    for checkpoint in RunDir(run_dir).checkpoint_folders():
+        if checkpoint.is_complete:
+            found.append((checkpoint.step, checkpoint.path))
+        else:  # never silently: a folder copied half-way, or one written before the marker existed
+            marker = checkpoint.complete_marker
+            log.warning("%s: no %s marker, so not used as a checkpoint (touch %s if you trust it)", checkpoint.path, marker.name, marker)
+    return found
 
 
 def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
@@ -70,71 +59,49 @@ def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
 
 
 def remove_stale_temporaries(run_dir: Path) -> None:
-    root = Path(run_dir) / "checkpoints"
-    if root.is_dir():
-        for p in root.glob(".step_*"):
-            shutil.rmtree(p, ignore_errors=True)
+    for p in RunDir(run_dir).temporaries():
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def save_checkpoint(
-    path: Path, model, model_state: dict, tokenizer, trainer_state: dict, optimizer_state: dict | None
+    path: Path, model, model_state: dict, tokenizer, trainer_state: dict, optimizer_state: dict | None, model_card: str
 ) -> Path:
-    """Write one complete checkpoint folder atomically. `model_state` is the full (gathered) state dict. A full
-    disk is an OSError naming the folder (nothing of it is left), whichever library was writing."""
+    """Write one complete checkpoint folder atomically. `model_state` is the full (gathered) state dict; `model_card`
+    the README's text (crossbert_model.model_card: the caller knows the run). A full disk is an OSError naming the
+    folder (nothing of it is left), whichever library was writing."""
     try:
         with atomic_path(path, is_dir=True) as tmp:
             model.save_pretrained(tmp, state_dict=model_state, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             write_portable_files(tmp, model.config)
-            write_model_card(tmp, model.config, trainer_state, run_config_of(path), run_name_of(path))
+            saved = CheckpointDir(tmp)
+            atomic_write_text(saved.model_card, model_card)
             if optimizer_state is not None:
-                torch.save(optimizer_state, tmp / "optimizer.pt")
-            atomic_write_json(tmp / "trainer_state.json", trainer_state)
-            (tmp / COMPLETE_MARKER).write_text(f"step {trainer_state.get('step')}\n")  # last: everything above is written
+                torch.save(optimizer_state, saved.optimizer)
+            atomic_write_json(saved.trainer_state, trainer_state)
+            saved.complete_marker.write_text(f"step {trainer_state.get('step')}\n")  # last: everything above is written
     except (SafetensorError, RuntimeError) as e:
         raise quoted_os_error(e, path) or e from None
     return path
 
 
-def run_name_of(checkpoint: Path) -> str:
-    """runs/<name>/checkpoints/step_N -> <name>; any other folder: its own name."""
-    checkpoint = Path(checkpoint)
-    return checkpoint.parent.parent.name if checkpoint.parent.name == "checkpoints" else checkpoint.name
-
-
 def _model_file(path: Path) -> Path:
-    file = Path(path) / "model.safetensors"
+    file = CheckpointDir(path).weights
     if not file.is_file():
-        raise CheckpointError(f"{file}: missing (the checkpoint folder has no model.safetensors)")
+        raise CheckpointError(f"{file}: missing (the checkpoint folder has no {file.name})")
     return file
-
-
-def _unreadable(file: Path, error: Exception) -> CheckpointError:
-    return CheckpointError(f"{file}: not a readable safetensors file (truncated or corrupt?): {error}")
 
 
 def load_model_state(path: Path) -> dict:
     """The model state dict of a checkpoint; a truncated or corrupt file is a CheckpointError naming it."""
-    file = _model_file(path)
-    try:
-        return load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise _unreadable(file, e) from None
+    return readers.read_safetensors(_model_file(path), CheckpointError)
 
 
 def check_model_file(path: Path) -> None:
     """Open the model file's header (cheap: memory-mapped) so that a damaged file fails with its name,
     not deep inside transformers. safetensors checks that the header covers the whole file, which
     catches truncation."""
-    check_safetensors_file(_model_file(path))
-
-
-def check_safetensors_file(file: Path) -> None:
-    try:
-        with safe_open(str(file), "pt"):
-            pass
-    except (SafetensorError, OSError, ValueError) as e:
-        raise _unreadable(file, e) from None
+    readers.check_safetensors(_model_file(path), CheckpointError)
 
 
 def nonfinite_tensors(named_tensors) -> list[str]:
@@ -150,29 +117,15 @@ def check_finite_weights(named_tensors, where: str) -> None:
                               f"{', ...' if len(bad) > 3 else ''}): refused (a diverged or damaged model)")
 
 
-def safetensors_tensors(file: Path):
-    """(name, tensor) of every tensor of a safetensors file, read one at a time."""
-    with safe_open(str(file), framework="pt") as f:
-        for name in f.keys():
-            yield name, f.get_tensor(name)
-
-
 def read_trainer_state(path: Path) -> dict:
-    file = Path(path) / "trainer_state.json"
-    try:
-        return json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{file}: not a readable trainer state (expected JSON written by the trainer): {e}") from None
+    return readers.read_json(CheckpointDir(path).trainer_state, "a trainer state (JSON written by the trainer)", CheckpointError)
 
 
 def read_config(path: Path) -> CrossBertConfig:
-    config_file = Path(path) / "config.json"
+    config_file = CheckpointDir(path).model_config
     if not config_file.is_file():
-        raise CheckpointError(f"{path}: not a checkpoint folder (no config.json)")
-    try:
-        data = json.loads(config_file.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{config_file}: not valid JSON (truncated or corrupt?): {e}") from None
+        raise CheckpointError(f"{path}: not a checkpoint folder (no {config_file.name})")
+    data = readers.read_json(config_file, "a model config (config.json)", CheckpointError)
     if data.get("model_type") != CrossBertConfig.model_type:
         raise CheckpointError(
             f"{config_file}: model_type is {data.get('model_type')!r}, expected {CrossBertConfig.model_type!r} "
@@ -185,27 +138,10 @@ def read_config(path: Path) -> CrossBertConfig:
 
 
 def load_optimizer_state(path: Path) -> dict | None:
-    file = Path(path) / "optimizer.pt"
+    file = CheckpointDir(path).optimizer
     if not file.is_file():
         return None
-    return read_torch_tensors(file, "an optimizer state")
-
-
-# What torch.load raises on a damaged file or one whose pickle asks for more than tensors (weights_only refuses it:
-# pickle.UnpicklingError and its subclasses).
-TORCH_LOAD_ERRORS = (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError)
-
-
-def read_torch_tensors(file: Path, what: str):
-    """The one reader of torch pickles: tensors and plain containers only (weights_only), anything else one line."""
-    try:
-        return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        blocked = re.search(r"unsupported GLOBAL (\S+)", str(e))
-        raise CheckpointError(f"{file}: not {what} this tool can read: a pickle that asks to run code when loaded"
-                              f"{f' ({blocked.group(1)})' if blocked else ''}, refused") from None
-    except TORCH_LOAD_ERRORS as e:
-        raise CheckpointError(f"{file}: not {what} this tool can read (truncated or corrupt?): {one_line(str(e))[:200]}") from None
+    return readers.read_torch_pickle(file, "an optimizer state", CheckpointError)
 
 
 def pretraining_model_from_pretrained(path: str | Path):

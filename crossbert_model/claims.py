@@ -36,6 +36,7 @@ from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
 
+from .readers import ReadError, read_json
 from .errors import CrossbertError
 from .utils import atomic_write_text, exclusive_lock
 
@@ -124,11 +125,12 @@ class Claims:
 
     def owner(self, key: str) -> dict | None:
         """The claim file of `key` (None: unclaimed); an unreadable one reads as stale rather than block forever."""
-        try:
-            return json.loads(self._path(key).read_text())
-        except FileNotFoundError:
+        path = self._path(key)
+        if not path.exists():
             return None
-        except (OSError, ValueError):
+        try:
+            return read_json(path, "a claim")
+        except (ReadError, OSError):  # a claim file removed or half-replaced under us reads as stale
             return {"pid": -1, "host": socket.gethostname(), "since": 0}
 
     def is_stale(self, owner: dict) -> bool:
@@ -173,9 +175,9 @@ def exclusive_folder(folder: str | os.PathLike, doing: str) -> Iterator[None]:
 
 def _holder(owner_file: Path) -> str:
     try:
-        owner = json.loads(owner_file.read_text())
+        owner = read_json(owner_file, "a folder's owner")
         return f"pid {owner['pid']} on {owner['host']} since {owner['time']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ReadError, OSError, KeyError):
         return "it has not said who it is yet"
 
 

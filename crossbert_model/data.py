@@ -41,7 +41,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, read_jsonl, stable_hash
+from .readers import ReadError, read_json
+from .utils import append_jsonl, atomic_path, atomic_write_json, exclusive_lock, expand_data_path, stable_hash
+
+from .readers import read_jsonl
 from .errors import CrossbertError, one_line
 from .remote_code import from_pretrained
 from .data_args import DataArgs  # noqa: F401  (its home: data_args.py, importable without torch)
@@ -684,9 +687,9 @@ def _block_layout(out: Path, block_bytes: int, shard_blocks: int) -> tuple[int, 
     """The layout a partial token folder was started with, so that its finished shards cover the same
     blocks when it is resumed; a new folder records the one asked for."""
     try:
-        plan = json.loads((out / PLAN_FILE).read_text())
+        plan = read_json(out / PLAN_FILE, "a token cache's block layout")
         return int(plan["block_bytes"]), int(plan["shard_blocks"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ReadError, OSError, KeyError, TypeError, ValueError):
         (out / PROGRESS_FILE).unlink(missing_ok=True)  # shards of an unknown layout cannot be reused
         atomic_write_json(out / PLAN_FILE, {"block_bytes": block_bytes, "shard_blocks": shard_blocks})
         return block_bytes, shard_blocks
@@ -898,11 +901,11 @@ def _damaged(token_dir: Path, what: str) -> DataError:
 def _read_meta(token_dir: Path) -> dict:
     path = token_dir / "meta.json"
     try:
-        meta = json.loads(path.read_text())
+        meta = read_json(path, "a token cache's meta.json")
         np.dtype(meta["dtype"])
         for shard in meta["shards"]:
             shard["name"], shard["tokens"]["train"], shard["tokens"]["val"]  # noqa: B018 (fields that must be there)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ReadError, OSError, ValueError, KeyError, TypeError) as e:
         raise _damaged(token_dir, f"{path}: unreadable ({type(e).__name__}: {e})") from None
     return meta
 

@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Iterator
 
 DEBUG_ENV = "CROSSBERT_DEBUG"
@@ -41,6 +42,9 @@ ENVIRONMENT_ERRNOS = {
     errno.ENOTDIR: "a part of this path is a file, not a folder",
     errno.ENAMETOOLONG: "the path is too long",
 }
+# errno of a write that found no room: a call with two paths (a copy, a rename) names its destination second, and
+# that is the path to name (shutil.copyfile's full disk names the source first)
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # How libraries with their own exception types quote the OSError under it (safetensors: "(os error 28)")
 QUOTED_ERRNO = re.compile(r"os error (\d+)|\[Errno (\d+)\]")
 
@@ -67,8 +71,44 @@ def environment_error(error: OSError) -> str | None:
     advice = ENVIRONMENT_ERRNOS.get(error.errno)
     if advice is None:
         return None
-    where = error.filename if error.filename is not None else "a file"
+    where = error.filename2 if error.errno in NO_ROOM_ERRNOS and error.filename2 is not None else error.filename
+    where = where if where is not None else "a file"
     return f"{where}: {error.strerror or os.strerror(error.errno)} ({advice})"
+
+
+@contextlib.contextmanager
+def naming_written_file(path: str | os.PathLike) -> Iterator[None]:
+    """Around one library call that writes `path` (pandas, pyarrow, matplotlib): a failed write to an open file names
+    no file, so an OSError without a filename is raised again naming `path`, the file being written."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None or e.filename is not None:
+            raise
+        raise OSError(e.errno, os.strerror(e.errno), os.fspath(path)) from e  # the OS's words (pyarrow's own say more)
+
+
+@contextlib.contextmanager
+def named_as_final(staging: str | os.PathLike, final: str | os.PathLike) -> Iterator[None]:
+    """Around writes into `staging`, a temporary folder whose files end up under `final`: an OSError naming a path
+    inside `staging` (either of its two paths) is raised again naming it inside `final`, the place the command writes
+    and the user knows (the temporary name is gone once the command ends)."""
+    try:
+        yield
+    except OSError as e:
+        names = [_moved(name, Path(staging), Path(final)) for name in (e.filename, e.filename2)]
+        if e.errno is None or names == [e.filename, e.filename2]:
+            raise
+        raise OSError(e.errno, e.strerror, names[0], None, names[1]) from e
+
+
+def _moved(name, staging: Path, final: Path):
+    if name is None or isinstance(name, int):  # int: a file descriptor
+        return name
+    try:
+        return str(final / Path(os.fsdecode(name)).relative_to(staging))
+    except ValueError:  # not inside staging
+        return name
 
 
 def quoted_os_error(error: Exception, filename) -> OSError | None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from .readers import ReadError, read_text
+from .run_layout import CheckpointDir
 from .config import CrossBertConfig, format_count
 from .data import corpus_location
 from .errors import CrossbertError
@@ -23,7 +25,6 @@ from .portable import ST_POOLING, sentence_length
 from .train_config import TrainConfig, checkpoint_train_config
 from .utils import atomic_write_text
 
-CARD_FILE = "README.md"
 CODE_LICENSE = "MIT"  # this repository's licence (pyproject.toml), which the code files in the folder carry: said in the body
 # The weights' terms are the training text's: the corpus licence as the data root's MANIFEST.md words it (after any
 # "Wikipedia text:" prefix) -> the Hub's licence id. Wikipedia's text is dual-licensed CC BY-SA 3.0 / GFDL; the Hub
@@ -58,8 +59,8 @@ def corpus_facts(cfg: TrainConfig | None) -> dict:
     facts = {"location": location, "name": name}
     manifest = Path(location).parent / "MANIFEST.md"
     try:
-        lines = manifest.read_text().splitlines()
-    except OSError:
+        lines = read_text(manifest, "the data root's MANIFEST.md").splitlines()
+    except (ReadError, OSError):  # no manifest (or an unreadable one): the card says where, not under which licence
         return facts
     for line in lines:  # a row of the corpus table: | `name/` | files | format | source | licence | notes |
         cells = [c.strip() for c in line.split("|")]
@@ -208,6 +209,6 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
 
 def write_model_card(folder: str | Path, config: CrossBertConfig, trainer_state: dict, run: TrainConfig | None, name: str,
                      probe_rows: list[dict] | None = None) -> Path:  # fmt: skip
-    path = Path(folder) / CARD_FILE
+    path = CheckpointDir(folder).model_card
     atomic_write_text(path, model_card(config, trainer_state, run, name, probe_rows))
     return path

@@ -3,7 +3,7 @@
 A masked-token model first learns which tokens are frequent. Predicting every target from the unigram
 distribution of the training split costs that distribution's cross-entropy on the targets (about 6.9
 nats on the main job's corpus and tokenizer); a model whose loss is still there has learnt no context,
-and comparing the frozen features of two such models compares noise. Issue 20's rule: a run is **off
+and comparing the frozen features of two such models compares noise. The plateau rule: a run is **off
 the plateau** when its shared-protocol loss at its own training ratio is at least `PLATEAU_MARGIN`
 below the unigram entropy of the same targets; a comparison that involves a run on the plateau gives
 no verdict.
@@ -26,7 +26,7 @@ import torch
 
 from .shared_loss import SHARED_LOSS_RATIOS, protocol_key, protocol_ratios, protocol_selections
 
-# Issue 20: a run is off the unigram plateau when its own-ratio shared-protocol loss is at least this
+# The plateau rule: a run is off the unigram plateau when its own-ratio shared-protocol loss is at least this
 # many nats below the unigram entropy of the same targets. Half a nat is a model that puts, on average,
 # e^0.5 = 1.65x the unigram probability on the right token: context is being used, beyond noise.
 PLATEAU_MARGIN = 0.5
@@ -76,7 +76,7 @@ def plateau_margin(own_ratio_shared_loss: float | None, unigram_entropy: float |
 
 
 def off_plateau(own_ratio_shared_loss: float | None, unigram_entropy: float | None) -> bool | None:
-    """Issue 20's rule: True when the run's shared-protocol loss at its own training ratio is at least
+    """The plateau rule: True when the run's shared-protocol loss at its own training ratio is at least
     PLATEAU_MARGIN below the unigram entropy of the same targets, False when it is not, None when
     either number is unknown (a run recorded before either existed)."""
     margin = plateau_margin(own_ratio_shared_loss, unigram_entropy)

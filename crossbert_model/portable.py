@@ -17,10 +17,10 @@ Inside this package the copied code never runs: our checkpoints load with the re
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+from .readers import read_json
 from .config import CrossBertConfig
 from .defaults import MAX_LENGTH
 from .utils import atomic_write_json
@@ -64,7 +64,7 @@ def write_portable_files(folder: str | Path, config: CrossBertConfig) -> None:
     for name in CODE_FILES:
         shutil.copyfile(package_code_file(name), folder / name)
     config_file = folder / "config.json"
-    saved = json.loads(config_file.read_text())
+    saved = read_json(config_file, "the config.json save_pretrained wrote")
     if saved.get("auto_map") != AUTO_MAP:  # rewritten only when needed: config.json is part of the weights' fingerprint
         atomic_write_json(config_file, {**saved, "auto_map": AUTO_MAP})
     atomic_write_json(folder / "modules.json", ST_MODULES)

@@ -11,9 +11,9 @@ code, whatever the flag. (Datasets cannot run code: `datasets` >= 3 refuses load
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .readers import ReadError, read_json
 from .config import CrossBertConfig
 from .errors import CrossbertError
 
@@ -28,8 +28,8 @@ class RemoteCodeError(CrossbertError):
 def is_own_checkpoint(folder: str | Path) -> bool:
     """A folder of our model type: the registered classes load it."""
     try:
-        return json.loads((Path(folder) / "config.json").read_text()).get("model_type") == CrossBertConfig.model_type
-    except (OSError, ValueError, AttributeError):
+        return read_json(Path(folder) / "config.json", "a model config").get("model_type") == CrossBertConfig.model_type
+    except (ReadError, OSError):
         return False
 
 

@@ -33,6 +33,7 @@ import torch
 from .errors import CrossbertError
 from .masking import random_ranks
 from .objectives import objective_of
+from .run_layout import CheckpointDir
 from .train_config import checkpoint_train_config
 
 # The protocol's mask ratios: 0.15 is BERT's training ratio, 0.5 CrossBERT's default (and where CMS
@@ -177,7 +178,7 @@ def shared_losses_for_checkpoint(
     if dtype not in ("fp32", "bf16"):
         raise SharedLossError(f"shared-protocol field 'dtype': expected fp32 or bf16, got {dtype!r}")
     path = Path(path)
-    cfg, config_file = checkpoint_train_config(path, overrides), path.parent.parent / "config.yaml"
+    cfg, config_file = checkpoint_train_config(path, overrides), CheckpointDir(path).run.config  # a run's: checked above
     data = prepare_data(cfg.data)
     model = pretraining_model_from_pretrained(path).to(device).eval()
     check_tokenizer_matches(model.config, data.tokenizer, f"tokenizer of {config_file}")

@@ -26,16 +26,27 @@ import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
-from .utils import read_jsonl, stable_hash
+from .utils import stable_hash
 
-if TYPE_CHECKING:
-    from .train_config import TrainConfig
+from .readers import read_jsonl
+from .run_layout import RunDir
+
+
+class TrackedRun(Protocol):
+    """What a tracker reads of a run's training config (crossbert_model.train_config.TrainConfig, which imports this
+    module for the tracker names: described here, not imported, so the two do not import each other)."""
+
+    name: str
+    group: str | None
+    run_dir: Path
+    tracking: list[str]
+    wandb_project: str
+    wandb_mode: str
 
 log = logging.getLogger("crossbert.tracking")
 
-METRICS_FILE = "metrics.jsonl"
 # The name every TensorBoard writer gives its files; a run folder's are all ours to rebuild.
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 # How long TensorBoard may wait for the newest rows of a running job.
@@ -58,14 +69,14 @@ class TensorBoardTracker:
     """Event files in the run folder, rebuilt from metrics.jsonl when opened. Values are written as doubles
     (TensorBoard's default, float32, would not read back as the numbers metrics.jsonl holds)."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrackedRun):
         from torch.utils.tensorboard import SummaryWriter
 
         run_dir = cfg.run_dir
         for old in run_dir.glob(TENSORBOARD_EVENTS):  # the previous process's view, replaced whole below
             old.unlink()
         self.writer = SummaryWriter(log_dir=str(run_dir), flush_secs=TENSORBOARD_FLUSH_S)
-        for row in read_jsonl(run_dir / METRICS_FILE):
+        for row in read_jsonl(RunDir(run_dir).metrics):
             self.log(row)
 
     def log(self, row: dict) -> None:
@@ -82,7 +93,7 @@ class WandbTracker:
     """A W&B run of the training run: offline by default, id from the run folder (a resume continues it),
     the config as W&B's config, the sweep (cfg.group) as its group."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrackedRun):
         import wandb
 
         from .args import to_dict
@@ -119,7 +130,7 @@ def wandb_run_id(run_dir: Path) -> str:
 class Backend:
     package: str  # the module its writer needs
     install: str  # what to install when it is missing
-    opens: Callable[[TrainConfig], Tracker]
+    opens: Callable[[TrackedRun], Tracker]
 
 
 # The one place a backend is added.
@@ -166,7 +177,7 @@ class Trackers:
         self.close(failed=exc_type is not None)
 
 
-def open_trackers(cfg: TrainConfig) -> Trackers:
+def open_trackers(cfg: TrackedRun) -> Trackers:
     """The trackers `cfg.tracking` names, opened on its run folder (which exists: the trainer made it)."""
     opened: list[Tracker] = []
     try:

@@ -45,10 +45,12 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed as D
+from .model_card import model_card
+from .readers import read_json
+from .run_layout import RunDir
 from .args import ConfigError, deep_merge, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
 from .checkpoint import (
     CheckpointError,
-    checkpoint_dir,
     latest_checkpoint,
     list_checkpoints,
     load_model_state,
@@ -67,7 +69,8 @@ from .model import Block, PredictorBlock
 from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
 from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
 from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
-from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, read_jsonl, set_offline_env
+from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, set_offline_env
+from .readers import read_jsonl
 from .errors import CrossbertError, debug_requested, exit_on_user_error, report_crashes_in
 from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
 from .tracking import Trackers, open_trackers
@@ -174,14 +177,14 @@ def make_optimizer(model: torch.nn.Module, o: OptimArgs, device: torch.device = 
 
 
 def read_saved_config(run_dir: Path) -> dict | None:
-    saved_file = Path(run_dir) / "config.yaml"
+    saved_file = RunDir(run_dir).config
     return read_yaml(saved_file) if saved_file.exists() else None
 
 
 def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> list[tuple[str, object, object]]:
     """Refuse to resume a run folder trained with other defining values, except the keys listed in
     `resume_allow_changes`; return those allowed changes as (key, saved, now)."""
-    saved_file = run_dir / "config.yaml"
+    saved_file = RunDir(run_dir).config
     saved = read_saved_config(run_dir)
     if saved is None:
         return []
@@ -227,13 +230,13 @@ def resolve_run_precision(cfg: TrainConfig, device: torch.device) -> dict:
     saved = read_saved_config(cfg.run_dir) if cfg.resume else None
     saved_dtype = (saved or {}).get("dtype")
     if cfg.dtype == "auto" and saved_dtype in ("fp32", "bf16"):
-        info_file = cfg.run_dir / "run_info.json"
-        before = json.loads(info_file.read_text()).get("precision", {}) if info_file.exists() else {}
+        info_file = RunDir(cfg.run_dir).run_info
+        before = read_json(info_file, "a run's run_info.json", CheckpointError).get("precision", {}) if info_file.exists() else {}
         return {
             "requested": "auto",
             "resolved": saved_dtype,
             "bf16_speedup": before.get("bf16_speedup"),
-            "reason": f"resume: kept dtype {saved_dtype} of {cfg.run_dir / 'config.yaml'}",
+            "reason": f"resume: kept dtype {saved_dtype} of {RunDir(cfg.run_dir).config}",
         }
     return resolve_precision(cfg.dtype, device)
 
@@ -279,8 +282,8 @@ class Trainer:
         # dtype=auto is decided here, once; config.yaml records the decision and resumes keep it.
         self.precision = self._same_on_every_rank(resolve_run_precision(cfg, self.env.device))
         self.cfg = cfg = dataclasses.replace(cfg, dtype=self.precision["resolved"])
-        self.run_dir = cfg.run_dir
-        if (self.run_dir / "config.yaml").exists() and not cfg.resume:
+        self.run_dir, self.layout = cfg.run_dir, RunDir(cfg.run_dir)
+        if self.layout.config.exists() and not cfg.resume:
             raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
         self.allowed_changes = check_resume_compatible(self.run_dir, cfg) if cfg.resume else []
         torch.set_num_threads(cfg.num_threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
@@ -339,9 +342,9 @@ class Trainer:
         if self.env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.run_dir)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(self.cfg))
-            atomic_write_json(self.run_dir / "run_info.json", self._run_info(step))
-            metrics_file = self.run_dir / "metrics.jsonl"
+            atomic_write_text(self.layout.config, dump_yaml(self.cfg))
+            atomic_write_json(self.layout.run_info, self._run_info(step))
+            metrics_file = self.layout.metrics
             if metrics_file.exists():
                 # Forget metrics logged after the checkpoint (all of them when starting over, as after a
                 # divergence before the first checkpoint): they will be produced again.
@@ -353,8 +356,8 @@ class Trainer:
         return step
 
     def _run_info(self, step: int) -> dict:
-        info_file = self.run_dir / "run_info.json"
-        history = json.loads(info_file.read_text()).get("config_history", []) if info_file.exists() else []
+        info_file = self.layout.run_info
+        history = read_json(info_file, "a run's run_info.json", CheckpointError).get("config_history", []) if info_file.exists() else []
         if self.allowed_changes:
             changes = {key: {"saved": old, "now": new} for key, old, new in self.allowed_changes}
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -575,7 +578,8 @@ class Trainer:
                 "metrics": metrics,
                 **provenance(),
             }
-            save_checkpoint(checkpoint_dir(self.run_dir, step), self.hf_model, model_state, self.data.tokenizer, state, optim_state)
+            card = model_card(self.hf_model.config, state, self.cfg, self.layout.name)
+            save_checkpoint(self.layout.checkpoint(step).path, self.hf_model, model_state, self.data.tokenizer, state, optim_state, card)
             self._prune_periodic()
         D.barrier(self.env)
 
@@ -599,12 +603,12 @@ class Trainer:
             return self._fit()
 
     def _record(self, row: dict) -> None:
-        append_jsonl(self.run_dir / "metrics.jsonl", [row])
+        append_jsonl(self.layout.metrics, [row])
         self.trackers.log(row)
 
     def _fit(self) -> Path:
         cfg, env = self.cfg, self.env
-        final = checkpoint_dir(self.run_dir, self.total_steps)
+        final = self.layout.checkpoint(self.total_steps).path
         if self.start_step >= self.total_steps:
             log.info("%s is complete (%d steps); nothing to do", self.run_dir, self.total_steps)
             log.info("checkpoint: %s", final)

@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import lzma
 import math
 import os
 import platform
@@ -20,9 +19,10 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
-from .errors import CrossbertError
+from .errors import CrossbertError, named_as_final
+from .readers import ReadError, read_text
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout (a plain install: site-packages)
 DATA_ROOT_ENV = "CROSSBERT_DATA_ROOT"
 
 OFFLINE_ENV = {
@@ -139,7 +139,8 @@ def atomic_path(target: str | os.PathLike, is_dir: bool = False) -> Iterator[Pat
     # open() / mkdir() would have, so run folders are as readable as the user's umask says.
     tmp.chmod((0o777 if is_dir else 0o666) & ~_UMASK)
     try:
-        yield tmp
+        with named_as_final(tmp, target):  # a failed write names the target, not its temporary sibling
+            yield tmp
         if is_dir:
             _plain_modes(tmp)
         if is_dir and target.exists():
@@ -258,34 +259,6 @@ def _cut_torn_tail(f) -> None:
     f.truncate(0)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The one JSONL reader: every whole line, each a JSON object; a torn final line (a writer killed
-    mid-append) is skipped, a bad line elsewhere is an error naming the file and line. A `.xz` path is read
-    through lzma (committed reference stores are kept compressed: `make reference`)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows = []
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.endswith("\n"):
-                break  # torn final line of a killed writer
-            rows.append(jsonl_row(line, f"{path}:{lineno}"))
-    return rows
-
-
-def jsonl_row(line: str | bytes, where: str) -> dict:
-    """One line of a JSONL file of ours: a JSON object, or an error naming `where` (file:line)."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise CrossbertError(f"{where}: not a JSON line ({e.msg}); remove or fix that line") from None
-    if not isinstance(row, dict):
-        raise CrossbertError(f"{where}: a JSON {type(row).__name__}, not a row (a JSON object); remove or fix that line")
-    return row
-
-
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -343,10 +316,10 @@ def machine_info() -> dict[str, Any]:
 
 def _cpu_name() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in read_text("/proc/cpuinfo", "the CPU's description").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
+    except (OSError, ReadError):
         pass
     return platform.processor() or "unknown"
 

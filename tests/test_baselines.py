@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from crossbert_eval import baselines as B
+from crossbert_eval.folder_layout import EvaluationFolder
 from crossbert_eval.report import plots as PL
 from crossbert_eval.report.loading import load_baselines
 from crossbert_eval.report.noise import withheld_notice
@@ -118,7 +119,7 @@ def test_a_task_scored_by_mteb_metrics_alone_gets_no_baseline_and_stops_nothing(
 def test_baselines_are_computed_once_per_folder(tiny_tasks):
     folder = tiny_tasks / "out"
     first = B.run_baselines([get_task("TinyMRPC")], folder, B.BaselineSettings())
-    store = ResultsStore(folder / B.BASELINES_DIR)
+    store = ResultsStore(EvaluationFolder(folder).baselines)
     assert B.task_baselines(get_task("TinyMRPC"), store, B.BaselineSettings()) == []  # every unit done: nothing written
     assert len(store.dataframe()) == len(first)
     capped = B.task_baselines(get_task("TinyMRPC"), store, B.BaselineSettings(max_train=100))
@@ -221,7 +222,7 @@ def test_the_report_loader_reads_a_folders_baselines(tiny_tasks):
     B.run_baselines([get_task("TinyMRPC")], tiny_tasks / "out", B.BaselineSettings())
     table = load_baselines(tiny_tasks / "out")
     assert set(table["baseline"]) == {"chance", "majority", "tfidf"} and (table["metric"] == "f1").all()
-    stored = ResultsStore(tiny_tasks / "out" / B.BASELINES_DIR).dataframe()
+    stored = ResultsStore(EvaluationFolder(tiny_tasks / "out").baselines).dataframe()
     stored = stored[stored["is_main"].astype(bool)].set_index(["baseline", "probe"])["value"]
     assert np.allclose(table.set_index(["baseline", "probe"])["score"].sort_index(), 100 * stored.sort_index())  # in points
     assert load_baselines(tiny_tasks / "elsewhere").empty

@@ -305,7 +305,7 @@ CASES = {
         env=lambda t: {"HF_HUB_CACHE": str(t / "empty-hub-cache")}, untouched=("r", "f")),
     # results store and output folders
     "a results line that is JSON but no object": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t)), ["results.jsonl", "a JSON list, not a row"],
+        lambda t, c: _probe_argv(t, _nano_model(t)), ["results.jsonl", "a JSON array, not a row"],
         around=lambda t: contextlib.nullcontext(_results_with(t, lambda p: p.write_text('{"unit": "a"}\n[1, 2]\n')))),
     "results.jsonl that is a folder": Case(
         lambda t, c: _probe_argv(t, _nano_model(t)), ["results.jsonl", "expected a file, found a folder"],

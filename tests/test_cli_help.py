@@ -21,7 +21,8 @@ from crossbert_model.args import close_matches, to_dict
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.logs import ProgressBarSafeHandler
 from crossbert_model.train_config import TrainConfig
-from crossbert_model.utils import data_root, read_jsonl
+from crossbert_model.utils import data_root
+from crossbert_model.readers import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs/train/tiny_mlm.yaml")

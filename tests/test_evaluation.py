@@ -7,7 +7,7 @@ import pytest
 
 from crossbert_eval import evaluation as E
 from crossbert_eval.tasks import TaskDataMissing
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 
 
 class FakeEncoder:

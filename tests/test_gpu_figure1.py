@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from crossbert_model.args import ConfigError, dump_yaml, load_config
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 from crossbert_eval.sweep import SweepConfig, check_machine
 from crossbert_eval.wall_budget import PREDICTION_MARGIN, REPORT_RESERVE_S, RunCost, WallBudget, measured_rates, predicted_seconds
 

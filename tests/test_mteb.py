@@ -6,6 +6,7 @@ import pytest
 
 from crossbert_eval.mteb_encoder import make_mteb_encoder
 from crossbert_eval.mteb_runner import run_mteb
+from crossbert_eval.report.text_tables import mteb_text_table
 from crossbert_eval.mteb_tasks import MtebError, local_mteb_task
 from crossbert_eval.report.text_tables import published_score
 from crossbert_eval.encoders import FrozenEncoder
@@ -13,7 +14,8 @@ from crossbert_eval.tasks import TaskDataMissing, get_task
 
 
 def test_minilm_sts13_through_mteb_matches_published_score_offline(tmp_path, no_network):
-    rows, table = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    table = mteb_text_table(rows, run.plan, run.wall_s)
     main = [r for r in rows if r["is_main"]]
     assert main[0]["metric"] == "cosine_spearman" and main[0]["value"] == pytest.approx(0.80603, abs=0.003)
     # no pooling given: the model's own (its sentence-transformers Pooling config), recorded as such
@@ -149,14 +151,15 @@ def test_minilm_reproduces_its_published_scores_on_every_exact_local_task(tmp_pa
 
 
 # ------------------------------------------------------------------------------------------------
-# Issue 14: more of MTEB(eng, v2); marked variants; pair classification and retrieval; the benchmark
+# More of MTEB(eng, v2); marked variants; pair classification and retrieval; the benchmark
 # ------------------------------------------------------------------------------------------------
 
 
 def test_minilm_reproduces_its_published_sts17_en_en_score_exactly(tmp_path, no_network):
     """STS17 en-en (250 pairs) is MTEB's data: the published score to its 6th digit, at the model's own
     max length (sentence-transformers' 256), recorded in the rows."""
-    rows, table = run_mteb("minilm", tasks=["STS17"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", tasks=["STS17"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    table = mteb_text_table(rows, run.plan, run.wall_s)
     (main,) = [r for r in rows if r["is_main"]]
     assert main["hf_subset"] == "en-en" and main["max_length"] == 256 and main["protocol"]["data"] == "mteb"
     assert main["value"] == pytest.approx(published_score("STS17", "sentence-transformers/all-MiniLM-L6-v2", "test"), abs=5e-6)
@@ -221,8 +224,9 @@ def toy_variant_tasks(tmp_path, monkeypatch):
 
 
 def test_marked_variants_run_under_mteb_classes_with_their_own_name_in_every_row(toy_variant_tasks, tmp_path, no_network):
-    rows, table = run_mteb("minilm", tasks=["ToyTwitter-lowercased", "ToySciFact"], benchmark=None, out_dir=tmp_path / "out",
+    rows, run = run_mteb("minilm", tasks=["ToyTwitter-lowercased", "ToySciFact"], benchmark=None, out_dir=tmp_path / "out",
                            feature_cache=None, data_root=toy_variant_tasks)  # fmt: skip
+    table = mteb_text_table(rows, run.plan, run.wall_s)
     assert {r["task"] for r in rows} == {"ToyTwitter-lowercased", "ToySciFact"}
     assert all(r["protocol"]["data"] == "variant" and r["protocol"]["variant_of"] in ("TwitterURLCorpus", "SciFact") for r in rows)
     (ap,) = [r for r in rows if r["task"] == "ToyTwitter-lowercased" and r["is_main"]]
@@ -299,7 +303,7 @@ def test_a_local_task_loads_through_the_adapter_of_its_type(monkeypatch, real_da
 
 
 # ------------------------------------------------------------------------------------------------
-# Issue 25: results mteb accepts (ModelMeta, revisions, prompts, data marks, private members)
+# Results mteb accepts (ModelMeta, revisions, prompts, data marks, private members)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -432,7 +436,8 @@ def test_a_tampered_cached_result_is_not_trusted_but_evaluated_again_and_every_r
     for subset in tampered["scores"]["test"]:
         subset["main_score"] = subset["cosine_spearman"] = 0.999
     path.write_text(json.dumps(tampered))
-    rows, table = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "c"))
+    rows, run = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "c"))
+    table = mteb_text_table(rows, run.plan, run.wall_s)
     main = next(r for r in rows if r["is_main"])
     assert main["value"] == pytest.approx(measured) and main["result_source"] == "computed"  # measured again, not 0.999
     assert "99.90" not in table

@@ -28,7 +28,7 @@ def asked(monkeypatch):
     from crossbert_eval import mteb_runner
 
     calls = []
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, **kw: calls.append(kw) or ([], "(no results)"))
+    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, **kw: calls.append(kw) or ([], mteb_runner.MtebRun(None, 0.0)))
     return calls
 
 
@@ -131,8 +131,9 @@ def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_lay
                       data_root=toy_sts)  # fmt: skip
     one_layer = list(batches)
     batches.clear()
-    every, table = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="all", out_dir=tmp_path / "all", feature_cache=cache,
+    every, run = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="all", out_dir=tmp_path / "all", feature_cache=cache,
                             data_root=toy_sts)  # fmt: skip
+    table = mteb_text_table(every, run.plan, run.wall_s)
     assert batches == one_layer and sum(batches) == 2 * len(PAIRS)  # the same forward passes for 3 layers as for 1
     scores = _main_scores(every)
     assert sorted(scores) == [0, 1, 2] and scores[2] == pytest.approx(_main_scores(one)[2], abs=1e-12)
@@ -223,7 +224,8 @@ def test_minilm_rows_say_which_layer_is_the_published_setting(tmp_path, no_netwo
     """A real run: STS17 en-en at layers 5 and 6; only layer 6 (its own mean pooling) meets its published score."""
     from crossbert_eval.report.text_tables import published_score
 
-    rows, table = run_mteb("minilm", tasks=["STS17"], benchmark=None, layers="5,6", out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", tasks=["STS17"], benchmark=None, layers="5,6", out_dir=tmp_path, feature_cache=None)
+    table = mteb_text_table(rows, run.plan, run.wall_s)
     flags = {r["layer"]: r["protocol"]["published_setting"] for r in rows if r["is_main"]}
     assert flags == {5: False, 6: True}
     assert _main_scores(rows)[6] == pytest.approx(published_score("STS17", MINILM, "test"), abs=5e-6)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crossbert_eval.folder_layout import SweepDir
 from crossbert_eval.report.loading import ReportError
 from crossbert_eval.report.sweep_report import build_sweep_report
 from crossbert_model.errors import CrossbertError
@@ -421,7 +422,7 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
         return {**row, **new, "shared_loss_r15": 5.5, "shared_loss_r50": 6.6 if row["run"] == "crossbert-nano-s1" else 5.5}
 
     _rewrite_checkpoints(root, losses)
-    _write_jsonl(root / loading.UNIGRAM_FILE, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
+    _write_jsonl(SweepDir(root).unigram_entropies, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
                                           "tokenizer": "tok", "smoothing": "add-one"} for seed in range(3)])  # fmt: skip
     md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
@@ -450,7 +451,7 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     # every run 2 nats below its unigram entropy, off the plateau; the order-blind encoder loses 1.0 nat of flat MLM's
     # margin and of CrossBERT seeds 0 and 2's, but only 0.2 nats (a tenth) of CrossBERT seed 1's
     _rewrite_checkpoints(root, lambda row: {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 5.0})
-    _write_jsonl(root / loading.RELIANCE_FILE, [
+    _write_jsonl(SweepDir(root).reliance, [
         {"run": f"{o}-nano-s{s}", "step": 10, "reliance_loss": 5.0, "reliance_unigram_entropy": 7.0, "reliance_loss_bypassed": 6.9,
          "reliance_loss_order_blind": 5.2 if (o, s) == ("crossbert", 1) else 6.0, "identity_share_l0": 1.0, "swap_pooled_l0": 0.0,
          "swap_neighbour_l0": 0.0, "identity_share_l1": 0.5, "swap_pooled_l1": 0.3, "swap_neighbour_l1": 0.1}

@@ -14,7 +14,8 @@ import pytest
 from crossbert_eval.probe_runner import ProbeError, ProbeSettings
 from crossbert_eval.results import BUSY, CLAIMED, DONE, ResultsStore, duplicate_units, normalise_row
 from crossbert_model.errors import CrossbertError
-from crossbert_model.utils import append_jsonl, read_jsonl
+from crossbert_model.utils import append_jsonl
+from crossbert_model.readers import read_jsonl
 
 # ------------------------------------------------------------------------------------------------
 # The one appender / reader

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from crossbert_model.args import ConfigError, deep_merge, dump_yaml, load_config
-from crossbert_model.utils import append_jsonl, read_jsonl
+from crossbert_model.utils import append_jsonl
+from crossbert_model.readers import read_jsonl
 from crossbert_eval.sweep import Sweep, SweepConfig, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,7 +50,7 @@ def _run(config: Path, **popen):
 def _completed_units(root: Path) -> dict:
     """Complete checkpoints, result rows and probed checkpoints a sweep folder holds."""
     from crossbert_model.checkpoint import list_checkpoints
-    from crossbert_model.utils import read_jsonl
+    from crossbert_model.readers import read_jsonl
 
     return {
         "checkpoints": sum(len(list_checkpoints(run)) for run in (root / "runs").iterdir() if run.is_dir()),
@@ -155,9 +156,8 @@ def test_the_reference_objective_must_be_one_of_the_sweeps_objectives():
 
 
 def test_probe_settings_are_checked_before_any_run_trains():
-    bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["feature_transforms=[raw, centered]"])
     with pytest.raises(ConfigError, match="feature_transforms.*expected one or more of raw, centred, whitened"):
-        plan_runs(bad)
+        plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["feature_transforms=[raw, centered]"]))
 
 
 class _TokenizerOfSize:

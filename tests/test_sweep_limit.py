@@ -11,7 +11,7 @@ import pytest
 
 from crossbert_eval.sweep import LIMIT_SEEDS, LIMIT_STEPS, SweepConfig, plan_runs
 from crossbert_model.args import ConfigError, dump_yaml, load_config
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 
 from test_sweep import tiny_sweep
 

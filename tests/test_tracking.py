@@ -18,7 +18,7 @@ from crossbert_model.args import load_config
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.tracking import scalars, wandb_run_id
 from crossbert_model.train import train
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 from tiny_configs import tiny_train_config
 
 REPO = Path(__file__).resolve().parent.parent

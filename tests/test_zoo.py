@@ -12,7 +12,7 @@ from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo
 from crossbert_model.args import dump_yaml, load_config
 from crossbert_model.errors import USER_ERROR_EXIT
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 from tiny_configs import tiny_train_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,8 +227,8 @@ MISTAKES = {
                                 ["google/bert_uncased_L-2_H-128_A-2", "not in the local Hugging Face cache", "CROSSBERT_ONLINE=1"]),
     "unknown key": (["modles=[]"], ["modles"]),
     "unknown entry key": (["models=[{model: minilm, poolng: cls}]"], ["poolng", "valid keys"]),
-    "bad pooling": (["models=[{model: minilm, pooling: avg}]"], ["models[0] (minilm).pooling", "mean, cls, max", "'avg'"]),
-    "duplicate names": (["models=[{model: minilm, name: a}, {model: minilm, name: a}]"], ["models[1] (a).name", "unique"]),
+    "bad pooling": (["models=[{model: minilm, pooling: avg}]"], ["models[0].pooling", "mean, cls, max", "'avg'"]),
+    "duplicate names": (["models=[{model: minilm, name: a}, {model: minilm, name: a}]"], ["zoo field 'models'", "the display name 'a' is given twice"]),
     "no models": ([], ["'models'", "none"]),
     "unknown probe task": (["models=[{model: minilm}]", "probe_tasks=[SST-3]"], ["SST-3"]),
 }

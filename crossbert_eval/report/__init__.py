@@ -9,6 +9,7 @@
     text_tables   the plain-text tables the probe, geometry and mteb commands print
     sweep_report  a sweep folder's report (`crossbert report SWEEP_DIR`)
     zoo_report    a zoo folder's report: the same pieces, parameterised by model instead of checkpoint
+    staging       where a report is written: a staging folder whose files replace the previous report's once all are whole
     store_report  any results store's report (each model's layer curves with intervals), and build_report, which picks
                   the report a folder gets (`crossbert report PATH`)
 

@@ -18,13 +18,13 @@ import pandas as pd
 from crossbert_model.args import read_yaml
 from crossbert_model.errors import CrossbertError
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 
 from ..baselines import baselines_path
+from ..folder_layout import EvaluationFolder, SweepDir
 from ..results import RESULTS_FILE, normalise_row, probe_variant
 
 
-CHECKPOINTS_FILE = "checkpoints.jsonl"
 GEOMETRY_PROBE = "geometry"  # crossbert_eval.geometry_runner.PROBE_NAME, without importing the encoders
 
 
@@ -34,20 +34,12 @@ class ReportError(CrossbertError, ValueError):
 
 # Loss columns of checkpoints.jsonl, native first; shared-protocol ones exist for checkpoints trained since they did.
 LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
-# Unigram entropies and own mask ratios of runs trained before the trainer recorded them, one row per run
-# (crossbert_eval.sweep.fill_unigram_entropies, `crossbert plateau SWEEP_DIR`): they fill checkpoints.jsonl's gaps.
-UNIGRAM_FILE = "unigram_entropies.jsonl"
-# The encoder reliance of each run's final checkpoint (crossbert_model.reliance), one row per run: written by the sweep
-# after a run's probes (crossbert_eval.sweep), joined onto the final checkpoint's row of checkpoints.jsonl here.
-RELIANCE_FILE = "encoder_reliance.jsonl"
-# Runs a worker skipped because they were predicted not to fit its wall budget (crossbert_eval.wall_budget), a row each.
-SKIPPED_FILE = "skipped.jsonl"
 
 
 def results_path(root: Path) -> Path:
     """The folder's score rows: results/results.jsonl, or its xz-compressed copy where only that is there (a
     committed reference, `make reference`)."""
-    plain = root / "results" / RESULTS_FILE
+    plain = EvaluationFolder(root).results / RESULTS_FILE
     packed = plain.with_name(RESULTS_FILE + ".xz")
     return packed if packed.is_file() and not plain.is_file() else plain
 
@@ -58,16 +50,19 @@ def read_result_rows(root: Path) -> list[dict]:
 
 
 def load_checkpoints(root: Path) -> pd.DataFrame:
-    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params), with
-    the own mask ratio and unigram entropies of older runs filled in from UNIGRAM_FILE where it exists."""
-    checkpoints = pd.DataFrame(read_jsonl(root / CHECKPOINTS_FILE))
-    checkpoints = fill_by_run(checkpoints, pd.DataFrame(read_jsonl(root / UNIGRAM_FILE)))
-    return with_reliance(checkpoints, pd.DataFrame(read_jsonl(root / RELIANCE_FILE)))
+    """checkpoints.jsonl of a sweep: one row per probed checkpoint (tokens, FLOPs, losses, params), with the own mask
+    ratio and unigram entropies of older runs filled in (`crossbert plateau SWEEP_DIR` writes them) and each run's
+    encoder reliance (written by the sweep after a run's probes) joined onto its final checkpoint's row."""
+    folder = SweepDir(root)
+    checkpoints = pd.DataFrame(read_jsonl(folder.models))
+    checkpoints = fill_by_run(checkpoints, pd.DataFrame(read_jsonl(folder.unigram_entropies)))
+    return with_reliance(checkpoints, pd.DataFrame(read_jsonl(folder.reliance)))
 
 
 def skipped_runs(root: Path, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """The runs skipped for a wall budget (SKIPPED_FILE) that have no probed final checkpoint since: the last skip of each."""
-    skipped = pd.DataFrame(read_jsonl(root / SKIPPED_FILE))
+    """The runs skipped for a wall budget (crossbert_eval.wall_budget) that have no probed final checkpoint since: the
+    last skip of each."""
+    skipped = pd.DataFrame(read_jsonl(SweepDir(root).skipped))
     if skipped.empty:
         return skipped
     done = set() if checkpoints.empty else set(checkpoints.loc[checkpoints["step"] == checkpoints["total_steps"], "run"])
@@ -97,7 +92,8 @@ def fill_by_run(checkpoints: pd.DataFrame, filled: pd.DataFrame) -> pd.DataFrame
 
 def sweep_config(root: Path) -> dict:
     """The sweep's sweep.yaml as a mapping ({} where there is none)."""
-    return read_yaml(root / "sweep.yaml") if (root / "sweep.yaml").is_file() else {}
+    config = SweepDir(root).config
+    return read_yaml(config) if config.is_file() else {}
 
 
 # summary.json's key for a limited sweep's notice (`crossbert sweep --limit N`), which its verdict prints first.

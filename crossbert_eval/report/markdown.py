@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossbert_model.utils import read_jsonl
+from crossbert_model.readers import read_jsonl
 
 from ..baselines import CHANCE_DRAWS
+from ..folder_layout import EvaluationFolder
 from ..results import RESULTS_FILE, duplicate_units
 from .plots import Plot
 from .tables import baseline_label, centring_table
@@ -84,7 +85,7 @@ def centring_section(geometry: pd.DataFrame, value: str = "mean") -> list[str]:
 
 
 def timing_table(root: Path) -> str:
-    timings = pd.DataFrame(read_jsonl(root / "timings.jsonl"))
+    timings = pd.DataFrame(read_jsonl(EvaluationFolder(root).timings))
     if timings.empty:
         return "(no timings)"
     table = timings.pivot_table(index="run", columns="stage", values="seconds", aggfunc="sum").fillna(0.0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from crossbert_model.readers import read_table
+
 from .. import stats as S
 from .loading import headline_split
 
@@ -178,7 +180,7 @@ OLD_SIDE_COLUMNS = {f"{old}_{stat}": f"{new}_{now}" for old, new in (("b", "firs
 def read_comparisons(path) -> pd.DataFrame:
     """A comparison table (tables/comparisons.csv) in COMPARISON_COLUMNS' names, whichever code wrote it; an old
     table's side names (`first`, `second`) are read back from its labels."""
-    table = pd.read_csv(path).rename(columns=OLD_SIDE_COLUMNS)
+    table = read_table(path, "a comparison table (tables/comparisons.csv)").rename(columns=OLD_SIDE_COLUMNS)
     if "first" not in table:
         sides = [(row["size"].split(" -> ")[::-1] if row["comparison"] in ACROSS_SIZES else row["comparison"].split(" - ", 1))
                  for _, row in table.iterrows()]  # fmt: skip

@@ -18,13 +18,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
+from crossbert_model.utils import atomic_write_text, provenance
+
+from crossbert_model.readers import read_jsonl
 
 from ..results import RESULTS_FILE, normalise_row, probe_variant
-from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split
+from ..folder_layout import EvaluationFolder, SweepDir
+from .loading import GEOMETRY_PROBE, ReportError, headline_split
 from .markdown import duplicates_warning, markdown_table, plot_section, render_html
 from .noise import band_caption, seed_bands
 from .plots import Plot, error_bars, figure_legend, legend_of, pyplot, save_figure
+from .staging import staged_report, write_table
 from .vocabulary import axis_label, panel_title
 
 log = logging.getLogger("crossbert_eval.report")
@@ -34,7 +38,7 @@ STORE_TABLE = "layers"  # tables/layers.csv: one row per (model, task, probe, la
 
 def store_rows_file(root: Path) -> Path | None:
     """The store's rows: PATH/results.jsonl (a `--results` folder) or PATH/results/results.jsonl (a run's folder)."""
-    for path in (root / RESULTS_FILE, root / "results" / RESULTS_FILE):
+    for path in (root / RESULTS_FILE, EvaluationFolder(root).results / RESULTS_FILE):
         if path.is_file():
             return path
     return None
@@ -142,20 +146,20 @@ def build_store_report(root: str | os.PathLike) -> Path | None:
     root = Path(root)
     path = store_rows_file(root)
     if path is None:
-        raise ReportError(f"{root}: no {RESULTS_FILE} (expected {root / RESULTS_FILE} or {root / 'results' / RESULTS_FILE}); "
+        raise ReportError(f"{root}: no {RESULTS_FILE} (expected {root / RESULTS_FILE} or {EvaluationFolder(root).results / RESULTS_FILE}); "
                           "give the --results folder of a probe run, a sweep or a zoo folder")  # fmt: skip
     rows = [normalise_row(r) for r in read_jsonl(path)]
     table = layer_table(store_scores(rows))
     if table.empty:
         log.info("report: no score rows in %s", path)
         return None
-    (root / "tables").mkdir(parents=True, exist_ok=True)
-    table.to_csv(root / "tables" / f"{STORE_TABLE}.csv", index=False)
-    plots = plot_model_layers(table, root / "plots")
-    md = render_store_markdown(root, path, table, plots, duplicates_warning(rows))
-    atomic_write_text(root / "report.md", md)
-    atomic_write_text(root / "report.html", render_html(md, title=f"results report: {root.name}"))
-    return root / "report.md"
+    with staged_report(EvaluationFolder(root)) as stage:  # every file whole, or the previous report untouched (staging)
+        write_table(table, stage.tables, STORE_TABLE, parquet=False)
+        plots = plot_model_layers(table, stage.plots)
+        md = render_store_markdown(root, path, table, plots, duplicates_warning(rows))
+        atomic_write_text(stage.report, md)
+        atomic_write_text(stage.report_html, render_html(md, title=f"results report: {root.name}"))
+    return EvaluationFolder(root).report
 
 
 def render_store_markdown(root: Path, path: Path, table: pd.DataFrame, plots: list[Plot], warning: str | None) -> str:
@@ -201,6 +205,6 @@ def build_report(root: str | os.PathLike) -> Path | None:
         raise ReportError(f"{root}: no such folder")
     if is_zoo(root):
         return build_zoo_report(root)
-    if (root / "sweep.yaml").is_file() or (root / CHECKPOINTS_FILE).is_file():
+    if SweepDir(root).config.is_file() or SweepDir(root).models.is_file():
         return build_sweep_report(root)
     return build_store_report(root)

@@ -19,13 +19,16 @@ import pandas as pd
 from crossbert_model.plateau import PLATEAU_MARGIN
 from crossbert_model.reliance import ENCODER_RELIANCE_SHARE
 from crossbert_model.utils import atomic_write_text, json_text, provenance
+from crossbert_model.readers import read_text
 
+from ..folder_layout import SweepDir
 from ..results import RESULTS_FILE, ResultsStore
 from .loading import (LOSS_COLUMNS, skipped_runs, ReportError, load_baselines, load_checkpoints, load_geometry, load_scores, read_result_rows, reference_objective,
                       results_path, smoke_notice, sweep_config, SMOKE_TEST_KEY)  # fmt: skip
 from .markdown import (averages_sentence, baselines_section, centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html,
                        with_baseline_rows)  # fmt: skip
 from .noise import comparisons, methods_paragraph, noise_paragraph, verdict_lines, verdict_summary, withheld_notice
+from .staging import staged_report, write_table
 from .plots import (Plot, check_plot_names, figure_notice, plot_collapse, plot_collapse_layers, plot_geometry_depth, plot_geometry_size, plot_geometry_training, plot_layerwise, plot_losses,
                     plot_loss_vs_probe, plot_training)  # fmt: skip
 from .tables import (ONE_CHECKPOINT_LINE, averaged_tasks, baseline_rows, by_size, encoder_layers_table, encoder_reliance_table, geometry_seed_table, layer_best, plateau_table, sample_efficiency,
@@ -57,15 +60,22 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
     default and what `crossbert report` does, draws every one. Tables and the page's text do not depend on it."""
     root = Path(root)
     check_plot_names(plots, SWEEP_PLOTS)
-    if not (results_path(root).is_file() or (root / "sweep.yaml").is_file()):
-        raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or sweep.yaml)")
+    folder = SweepDir(root)
+    if not (results_path(root).is_file() or folder.config.is_file()):
+        raise ReportError(f"{root}: not a sweep folder (no results/{RESULTS_FILE} or {folder.config.name})")
     rows = read_result_rows(root)
     scores = load_scores(root, rows)
     if scores.empty:
         log.info("report: no scores yet under %s", root)
         return None
-    tables = root / "tables"
-    tables.mkdir(parents=True, exist_ok=True)
+    with staged_report(folder) as stage:  # every file whole, or the previous report untouched (staging)
+        _write_sweep_report(root, stage, rows, scores, plots)
+    return folder.report
+
+
+def _write_sweep_report(root: Path, stage: SweepDir, rows: list[dict], scores: pd.DataFrame, plots: Collection[str] | None) -> None:
+    """The report of `root`, read from `root` and written into `stage`, the folder staged_report moves into place."""
+    tables = stage.tables
     baselines = load_baselines(root)
     uninformative = uninformative_tasks(scores, baselines)
     summary = summarise(scores, uninformative)
@@ -78,18 +88,17 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
         "plateau": plateau,
         "encoder_reliance": encoder_reliance_table(checkpoints),
         "encoder_layers": encoder_layers_table(checkpoints),
-        "comparisons": comparisons(scores, reference, ResultsStore(root / "results").load_predictions, plateau, across_sizes=True),
+        "comparisons": comparisons(scores, reference, ResultsStore(SweepDir(root).results).load_predictions, plateau, across_sizes=True),
         "geometry": geometry_seed_table(geo),
         "sample_efficiency": sample_efficiency(checkpoints, plateau=plateau),
         "skipped": skipped_runs(root, checkpoints),
         "baselines": baselines,
     }
     for name, df in (("scores", scores), ("summary", summary), ("summary_by_size", sizes), *extras.items()):
-        df.to_csv(tables / f"{name}.csv", index=False)
-        df.to_parquet(tables / f"{name}.parquet", index=False)
+        write_table(df, tables, name)
     averaged = averaged_tasks(scores, uninformative)
     data = SimpleNamespace(sizes=sizes, summary=summary, scores=scores, checkpoints=checkpoints, geo=geo, averaged=averaged,
-                           baselines=baselines, out=root / "plots")  # fmt: skip
+                           baselines=baselines, out=stage.plots)  # fmt: skip
     verdict = verdict_summary(extras["comparisons"], plateau)
     with figure_notice(withheld_notice(verdict)):
         drawn = [plot for name, draw in SWEEP_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
@@ -100,12 +109,11 @@ def build_sweep_report(root: Path, plots: Collection[str] | None = None) -> Path
                                              and not c.endswith(("_std", "_min", "_max"))], baselines, averaged)  # fmt: skip
     notice = smoke_notice(sweep_config(root))
     verdict = {SMOKE_TEST_KEY: notice, **verdict} if notice else verdict
-    atomic_write_text(root / "summary.json", json_text(verdict, indent=2) + "\n")
+    atomic_write_text(stage.summary, json_text(verdict, indent=2) + "\n")
     extras["verdict"] = verdict
     md = render_sweep_markdown(root, sizes, summary, scores, drawn, duplicates_warning(rows), extras)
-    atomic_write_text(root / "report.md", md)
-    atomic_write_text(root / "report.html", render_html(md))
-    return root / "report.md"
+    atomic_write_text(stage.report, md)
+    atomic_write_text(stage.report_html, render_html(md))
 
 
 def render_sweep_markdown(
@@ -113,7 +121,8 @@ def render_sweep_markdown(
     extras: dict | None = None,
 ) -> str:  # fmt: skip
     prov = provenance()  # of the report build; each row carries its own (git_revision, packages)
-    sweep_yaml = (root / "sweep.yaml").read_text() if (root / "sweep.yaml").exists() else ""
+    config = SweepDir(root).config
+    sweep_yaml = read_text(config, "the sweep's config") if config.exists() else ""
     extras = extras or {}
     score_cols = [c for c in sizes.columns if (c.startswith(("glue_", "mteb_")) or ":" in c) and not c.endswith(("_std", "_min", "_max"))]
     with_std = [x for c in score_cols for x in (c, f"{c}_std")]

@@ -17,30 +17,33 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from crossbert_model.utils import atomic_write_text, provenance, read_jsonl
+from crossbert_model.utils import atomic_write_text, provenance
+
+from crossbert_model.readers import read_jsonl, read_text
 
 from ..results import ResultsStore
-from .loading import CHECKPOINTS_FILE, GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, with_probe_variants
+from ..folder_layout import ZooDir
+from .loading import GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, with_probe_variants
 from .markdown import averages_sentence, baselines_section, centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html, with_baseline_rows
 from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands, verdict_lines, verdict_summary
 from .plots import (MIN_SCORE_SPAN, OBJECTIVE_COLORS, Plot, baseline_levels, check_plot_names, color_for, draw_levels, error_bars, figure_legend,
                     floor_span, label_points, legend_of, log_x_axis, panel_grid, score_levels, plot_geometry_depth, plot_geometry_size, pyplot, save_figure, size_points)  # fmt: skip
+from .staging import staged_report, write_table
 from .tables import averaged_tasks, baseline_rows, geometry_seed_table, layer_best, redundant_averages, summarise, uninformative_tasks
 from .vocabulary import axis_label, panel_title
 
 log = logging.getLogger("crossbert.zoo")
 
-ZOO_FILE = "zoo.yaml"  # the zoo's resolved config: what makes a folder a zoo
 # One seed per model: only depth is tested, so the line for an empty comparison table says what a zoo would need.
 NO_ZOO_COMPARISONS = "No comparisons: a zoo needs a layer-0 and a last-layer score."
 
 
 def is_zoo(root: str | os.PathLike) -> bool:
-    return (Path(root) / ZOO_FILE).is_file()
+    return ZooDir(root).config.is_file()  # the zoo's resolved config: what makes a folder a zoo
 
 
 def load_models(root: Path) -> pd.DataFrame:
-    models = pd.DataFrame(read_jsonl(Path(root) / CHECKPOINTS_FILE))
+    models = pd.DataFrame(read_jsonl(ZooDir(root).models))
     return models.drop_duplicates("run", keep="last") if len(models) else models
 
 
@@ -212,7 +215,7 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     root = Path(root)
     check_plot_names(plots, ZOO_PLOTS)
     if not is_zoo(root):
-        raise ReportError(f"{root}: not a zoo folder (no {ZOO_FILE})")
+        raise ReportError(f"{root}: not a zoo folder (no {ZooDir(root).config.name})")
     rows = read_result_rows(root)
     scores = zoo_scores(root, rows)
     if scores.empty:
@@ -224,14 +227,20 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     tables = {
         "models": models_table(root), "scores": scores, "summary": zoo_summary(scores, uninformative), "last_vs_best": last_vs_best(scores),
         "baselines": baselines,
-        "comparisons": comparisons(scores, None, ResultsStore(root / "results").load_predictions),  # depth only: one seed per model
+        "comparisons": comparisons(scores, None, ResultsStore(ZooDir(root).results).load_predictions),  # depth only: one seed per model
         "geometry": zoo_geometry_table(geo),
     }  # fmt: skip
-    (root / "tables").mkdir(parents=True, exist_ok=True)
+    with staged_report(ZooDir(root)) as stage:  # every file whole, or the previous report untouched (staging)
+        _write_zoo_report(root, stage, rows, scores, geo, baselines, uninformative, tables, plots)
+    return ZooDir(root).report
+
+
+def _write_zoo_report(root: Path, stage: ZooDir, rows: list[dict], scores: pd.DataFrame, geo: pd.DataFrame, baselines: pd.DataFrame,
+                      uninformative: dict, tables: dict, plots: Collection[str] | None) -> None:  # fmt: skip
+    """The tables, plots and pages of the zoo `root`, written into `stage`, the folder staged_report moves into place."""
     for name, df in tables.items():
-        df.to_csv(root / "tables" / f"{name}.csv", index=False)
-        df.to_parquet(root / "tables" / f"{name}.parquet", index=False)
-    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), baselines=baselines, out=root / "plots")
+        write_table(df, stage.tables, name)
+    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), baselines=baselines, out=stage.plots)
     drawn = [plot for name, draw in ZOO_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
     summary_columns = [c for c in summarise(scores, uninformative).columns if c.startswith(("glue_", "mteb_")) or ":" in c]
     tables["baseline_rows"] = baseline_rows(summary_columns, baselines, averaged_tasks(scores, uninformative)).rename(columns=DISPLAY)
@@ -239,13 +248,13 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     tables["averaged"] = averaged_tasks(scores, uninformative)
     tables["redundant"] = redundant_averages(tables["averaged"])
     md = render_zoo_markdown(root, tables, drawn, duplicates_warning(rows))
-    atomic_write_text(root / "report.md", md)
-    atomic_write_text(root / "report.html", render_html(md, title="zoo report"))
-    return root / "report.md"
+    atomic_write_text(stage.report, md)
+    atomic_write_text(stage.report_html, render_html(md, title="zoo report"))
 
 
 def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: str | None) -> str:
-    config = (root / ZOO_FILE).read_text() if (root / ZOO_FILE).exists() else ""
+    config_file = ZooDir(root).config
+    config = read_text(config_file, "the zoo's config") if config_file.exists() else ""
     models, summary = tables["models"].copy(), tables["summary"].copy()
     for df in (models, summary):
         for col in ("params_total", "params_embedding", "params_non_embedding"):

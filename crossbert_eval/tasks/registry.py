@@ -6,15 +6,15 @@ its error when that task, its family or `all` is asked for; other tasks work as 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from crossbert_model.args import did_you_mean
+from crossbert_model.readers import read_yaml
 from crossbert_model.utils import PROJECT_ROOT
 
 from .errors import TaskDataMissing, TaskError
@@ -25,7 +25,12 @@ TASKS_DIR_ENV = "CROSSBERT_TASKS_DIR"
 
 
 def tasks_dir() -> Path:
-    return Path(os.environ.get(TASKS_DIR_ENV, PROJECT_ROOT / "tasks"))
+    """$CROSSBERT_TASKS_DIR, else the task files installed with the package (`crossbert_tasks`, the checkout's tasks/
+    folder: pyproject.toml), else the checkout's tasks/ (a checkout used without installing it)."""
+    if TASKS_DIR_ENV in os.environ:
+        return Path(os.environ[TASKS_DIR_ENV])
+    installed = importlib.util.find_spec("crossbert_tasks")
+    return Path(next(iter(installed.submodule_search_locations))) if installed else PROJECT_ROOT / "tasks"
 
 
 def parse_task_file(path: Path) -> Task:
@@ -52,10 +57,9 @@ class Registry:
 def _broken(path: Path, error: TaskError) -> BrokenTask:
     """Name and family for lookups, from whatever part of the file still reads."""
     try:
-        spec = yaml.safe_load(path.read_text())
-    except Exception:  # any unreadable file: fall back on the path alone
-        spec = None
-    spec = spec if isinstance(spec, dict) else {}
+        spec = read_yaml(path, "a task file", TaskError)
+    except TaskError:  # any unreadable file: fall back on the path alone
+        spec = {}
     name = spec.get("name") if isinstance(spec.get("name"), str) else path.stem
     family = spec.get("family") if spec.get("family") in FAMILIES else path.parent.name if path.parent.name in FAMILIES else None
     return BrokenTask(name, family, path, error)

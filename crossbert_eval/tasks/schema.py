@@ -32,9 +32,8 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import yaml
-
-from crossbert_model.args import ConfigError, MissingKeys, UnknownKeys, WrongType, from_dict, required, safe_load_yaml
+from crossbert_model.args import ConfigError, MissingKeys, UnknownKeys, WrongType, from_dict, required
+from crossbert_model.readers import read_yaml
 
 from .errors import TaskError
 from .formats import BEIR, format_names
@@ -260,17 +259,7 @@ def _typed(cls: type, raw: dict, path: Path, where: str):
 
 
 def _read_task_yaml(path: Path) -> dict:
-    try:
-        spec = safe_load_yaml(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise TaskError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskError(f"{path}: cannot read the task file ({e})") from None
-    if not isinstance(spec, dict):
-        raise TaskError(f"{path}: expected a mapping of task fields, got {type(spec).__name__}")
-    return spec
+    return read_yaml(path, "a task file (a mapping of task fields)", TaskError)
 
 
 def _split_files(files, path: Path, split: str) -> list:

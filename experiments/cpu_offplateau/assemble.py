@@ -1,4 +1,4 @@
-"""One report folder from sweep folders of the same settings (issue 20's second target).
+"""One report folder from sweep folders of the same settings (the second target).
 
 The flat MLM and light-default CrossBERT runs were made by configs/sweep/cpu_offplateau.yaml, the CrossBERT runs
 with the one-layer 64-wide predictor by configs/sweep/cpu_offplateau_predictor.yaml, those with token embeddings
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 from crossbert_model.args import dump_yaml, read_yaml
-from crossbert_model.utils import atomic_write_json, atomic_write_text, read_jsonl
+from crossbert_model.utils import atomic_write_json, atomic_write_text
+from crossbert_model.readers import read_jsonl
 
 ROW_FILES = ("checkpoints.jsonl", "timings.jsonl", "results/results.jsonl")
 

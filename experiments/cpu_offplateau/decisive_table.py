@@ -1,4 +1,4 @@
-"""The decisive comparison's tables (issue 21, item 6), in Markdown, from a report folder's tables/:
+"""The decisive comparison's tables, in Markdown, from a report folder's tables/:
 
     python experiments/cpu_offplateau/decisive_table.py results/cpu_offplateau > results/cpu_offplateau/decisive.md
 

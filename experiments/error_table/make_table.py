@@ -1,4 +1,4 @@
-"""The CLI error table (issue 23), measured: every row of tests/test_cli.py CASES run as a real `crossbert`
+"""The CLI error table, measured: every row of tests/test_cli.py CASES run as a real `crossbert`
 process (stdin answering "y", real read-only folders via chattr +i, real full disks via small tmpfs mounts, a
 real second trainer), with its exit code, stderr and what it left on disk.
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # results/mteb_eng_v2_minilm/: all-MiniLM-L6-v2 on MTEB(eng, v2) from the local data, then every task new in
-# issue 14 (SciFact is not in the benchmark). Run from the repository root with the venv active; offline.
+# this study (SciFact is not in the benchmark). Run from the repository root with the venv active; offline.
 set -euo pipefail
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 OUT=runs/mteb_eng_v2_minilm

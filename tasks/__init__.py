@@ -1,0 +1,1 @@
+"""The task files (YAML, one per task, by family), shipped as package data; read by crossbert_eval.tasks.registry."""
