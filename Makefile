@@ -74,7 +74,7 @@ gpu-figure1-data: setup
 	cp $$R/wikipedia_en_2015_large/wiki_00[0-1].jsonl.xz $(GPU_DATA).partial/wikipedia_en_2015_large/ && \
 	cp -r $$R/glue/SST-2 $(GPU_DATA).partial/glue/ && cp -r $$R/stsbenchmark $(GPU_DATA).partial/ && \
 	cp $$R/senteval_probing/bigram_shift.* $(GPU_DATA).partial/senteval_probing/
-	$(ENV) $(PY) -c "from crossbert_model.data import DataArgs, prepare_tokenizer; \
+	$(ENV) $(PY) -c "from crossbert_model.data_args import DataArgs; from crossbert_model.data.tokenizer import prepare_tokenizer; \
 	  t = prepare_tokenizer(DataArgs(corpus='$(GPU_DATA).partial/wikipedia_en_2015_large/wiki_000.jsonl.xz', tokenizer='train', \
 	  vocab_size=8192, seq_len=128, cache_dir='$(RUNS)/cache')); t.save_pretrained('$(GPU_DATA).partial/tokenizer')"
 	rm $(GPU_DATA).partial/.root && rm -rf $(GPU_DATA) && mv $(GPU_DATA).partial $(GPU_DATA) && du -sh $(GPU_DATA)

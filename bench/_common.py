@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from crossbert_model.data import DataArgs  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.objectives import objective_names  # noqa: E402
 from crossbert_model.train_config import ModelArgs, model_config  # noqa: E402
 from crossbert_model.utils import atomic_write_json, provenance, quiet_transformers, set_offline_env  # noqa: E402
@@ -38,7 +38,7 @@ def with_every_objective(contenders: dict[str, dict]) -> dict[str, dict]:
 
 
 class TokenIds:
-    """What a model config takes from a tokenizer (crossbert_model.data.special_token_config), given as those
+    """What a model config takes from a tokenizer (crossbert_model.data.tokenizer.special_token_config), given as those
     fields: a shape measured with a vocabulary other than the tokenizer's at hand (gpu_check: BERT's 30,522)."""
 
     def __init__(self, vocab_size: int, pad_token_id: int, cls_token_id: int, sep_token_id: int, mask_token_id: int,

@@ -26,7 +26,8 @@ import torch
 
 from _common import contender_config, interleaved, markdown, median_ratio, setup, write
 
-from crossbert_model.data import DataArgs, EpochSampler, prepare_data  # noqa: E402
+from crossbert_model.data.sequences import EpochSampler, prepare_data  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.hardware import bf16_speedup  # noqa: E402
 from crossbert_model.objectives import objective_names, pretraining_batch, pretraining_model_for  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402

@@ -2,7 +2,7 @@
 
     python bench/data_pipeline.py [--workers 1 2] [--rounds 2] [--presets tiny mini] [--out runs/bench]
 
-(a) Tokenization (`crossbert_model.data.tokenize_corpus`) of the real default corpus, into a fresh token
+(a) Tokenization (`crossbert_model.data.token_cache.tokenize_corpus`) of the real default corpus, into a fresh token
     folder in a temporary directory each time, with 1 worker process (in this process, one thread) and with
     every core, interleaved round by round (1 N 1 N ...); the ratio is the median of per-round ratios. Each
     round also checks that every worker count wrote the same token stream. Reported per worker count:
@@ -43,15 +43,11 @@ import torch
 
 from _common import contender_config, markdown, setup, with_every_objective, write  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.data import (  # noqa: E402
-    DataArgs,
-    EpochSampler,
-    corpus_blocks,
-    load_tokens,
-    prepare_tokenizer,
-    tokenize_corpus,
-    tokenizer_workers,
-)
+from crossbert_model.data.corpus import corpus_blocks  # noqa: E402
+from crossbert_model.data.sequences import EpochSampler, load_tokens  # noqa: E402
+from crossbert_model.data.token_cache import tokenize_corpus, tokenizer_workers  # noqa: E402
+from crossbert_model.data.tokenizer import prepare_tokenizer  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.objectives import pretraining_batch, pretraining_model_for  # noqa: E402
 from crossbert_model.train import step_generator  # noqa: E402
 

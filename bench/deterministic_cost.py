@@ -10,7 +10,7 @@ process-wide).
 import sys
 import time
 
-from crossbert_model.data import DataArgs
+from crossbert_model.data_args import DataArgs
 from crossbert_model.train import Trainer
 from crossbert_model.train_config import ModelArgs, OptimArgs, TrainConfig
 from crossbert_model.utils import data_root

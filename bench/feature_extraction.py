@@ -27,7 +27,7 @@ def main() -> None:
 
     from crossbert_eval.encoders import FrozenEncoder
     from crossbert_eval.tasks import get_task
-    from crossbert_model.data import minilm_path
+    from crossbert_model.data.tokenizer import minilm_path
     from crossbert_model.defaults import MAX_LENGTH
 
     texts = get_task("SST-2").load_split("train").texts[: args.n]

@@ -62,7 +62,10 @@ import torch
 
 from _common import TokenIds, contender_config, hf_bert_of_shape, markdown, setup, with_every_objective  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.data import DataArgs, PackedSequences, iter_documents, load_tokenizer, special_token_config  # noqa: E402
+from crossbert_model.data.corpus import iter_documents  # noqa: E402
+from crossbert_model.data.sequences import PackedSequences  # noqa: E402
+from crossbert_model.data.tokenizer import load_tokenizer, special_token_config  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.hardware import matmul_flops  # noqa: E402
 from crossbert_model.objectives import num_views, pretraining_batch, pretraining_model_for, training_flops_per_token  # noqa: E402
 from crossbert_model.train import Trainer, make_optimizer, pinned, step_generator, to_device  # noqa: E402

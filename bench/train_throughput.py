@@ -29,7 +29,8 @@ import torch
 
 from _common import contender_config, hf_bert_of_shape, setup, with_every_objective  # noqa: E402  (puts the repository on sys.path)
 
-from crossbert_model.data import DataArgs, EpochSampler, prepare_data  # noqa: E402
+from crossbert_model.data.sequences import EpochSampler, prepare_data  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.hardware import bf16_speedup, matmul_flops  # noqa: E402
 from crossbert_model.masking import num_targets  # noqa: E402
 from crossbert_model.objectives import num_views, pretraining_batch, pretraining_model_for, training_flops_per_token  # noqa: E402

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -34,6 +35,7 @@ from crossbert_model.defaults import DTYPES, FEATURES_DIR, MAX_LENGTH, MTEB_DIR,
 from crossbert_model.limits import POSITIVE, POSITIVE_INT, SECONDS, SEED, limit_of
 from crossbert_model.limits import option as limited
 from crossbert_eval.folder_layout import SweepDir, ZooDir
+from crossbert_eval.layer_spec import LayerSpec, LayerSpecError
 
 # Loggers that speak at INFO about their own set-up (faiss's loader tries CPU variants and logs a
 # ModuleNotFoundError for each): quiet by default, back with --debug.
@@ -79,7 +81,7 @@ def resolved_config_text(cfg) -> str:
 def _presets(args: argparse.Namespace) -> None:
     from crossbert_model.config import format_count
     from crossbert_model.presets import PRESETS
-    from crossbert_model.data import DataArgs
+    from crossbert_model.data_args import DataArgs
     from crossbert_model.objectives import describe, objective_names
     from crossbert_model.train_config import ModelArgs, model_config
 
@@ -114,6 +116,20 @@ def _poolings(value: str) -> list[str]:
     if bad or not names:
         raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(POOLINGS)} (comma-separated), got {value!r}")
     return names
+
+
+def _layer_spec(option: str):
+    """The argparse `type=` of a layer option: the text parsed here, once, into the LayerSpec every stage below takes; a
+    refused spec is one line naming the option in the parser's wording (`--layers: expected all, last or ..., got 'abc'`)."""
+
+    def parse(text: str) -> LayerSpec:
+        try:
+            return LayerSpec.parse(text)
+        except LayerSpecError as e:  # ArgumentError(None, ...): argparse says it as is, without its "argument --layers:" prefix
+            raise argparse.ArgumentError(None, f"{option}: {e}") from None
+
+    parse.__name__ = "layer spec"
+    return parse
 
 
 def _encoder_options(args: argparse.Namespace) -> dict:
@@ -181,13 +197,13 @@ def _probe(args: argparse.Namespace) -> None:
 
     set_offline_env()
     knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
-    settings = ProbeSettings(
-        tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
-        pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results, cache_dir=args.cache, force=args.force,
-        data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), max_train=args.max_train, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
-    )  # fmt: skip
-    runner = probe_model(
-        args.model, settings, **_encoder_options(args))
+    with settings_as_options():
+        settings = ProbeSettings(
+            tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
+            pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results_dir, cache_dir=args.cache_dir, force=args.force,
+            data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), max_train=args.max_train, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+        )  # fmt: skip
+        runner = probe_model(args.model, settings, **_encoder_options(args))
     print(probe_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for name, why in runner.missing.items():
@@ -202,12 +218,12 @@ def _geometry(args: argparse.Namespace) -> None:
     from crossbert_eval.report.text_tables import geometry_text_table
 
     set_offline_env()
-    settings = GeometrySettings(
-        tasks=_csv(args.tasks), layers=args.layers, poolings=args.pooling, results_dir=args.results, cache_dir=args.cache,
-        force=args.force, data_root=_resolved_root(args),
-    )  # fmt: skip
-    runner = geometry_model(
-        args.model, settings, **_encoder_options(args))
+    with settings_as_options():
+        settings = GeometrySettings(
+            tasks=_csv(args.tasks), layers=args.layers, poolings=args.pooling, results_dir=args.results_dir, cache_dir=args.cache_dir,
+            force=args.force, data_root=_resolved_root(args),
+        )  # fmt: skip
+        runner = geometry_model(args.model, settings, **_encoder_options(args))
     print(geometry_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for why in runner.missing.values():
@@ -216,37 +232,33 @@ def _geometry(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
-def _mteb_layers(args: argparse.Namespace) -> str | list[int]:
-    """`crossbert mteb --layers` (or --layer, its deprecated alias for one release), parsed once here by the parser
-    `crossbert probe --layers` uses (crossbert_eval.encoders.parse_layers)."""
+def _mteb_layers(args: argparse.Namespace) -> LayerSpec:
+    """`crossbert mteb --layers` (or --layer, its deprecated alias for one release): each parsed by its argparse type, as
+    `crossbert probe --layers` is (_layer_spec); given both, refused."""
     from crossbert_model.errors import CrossbertError
-    from crossbert_eval.encoders import EncoderError, parse_layers
 
     if args.layer is not None and args.layers is not None:
         raise CrossbertError(f"--layer {args.layer} and --layers {args.layers}: give --layers only "
                              "(--layer is its deprecated alias)")  # fmt: skip
-    option, spec = ("--layers", "last" if args.layers is None else args.layers) if args.layer is None else ("--layer", args.layer)
-    try:
-        layers = parse_layers(spec)
-    except EncoderError as e:
-        raise CrossbertError(f"{option}: {e}") from None
-    if args.layer is not None:  # after the check: a refused spec stays one line
+    if args.layer is not None:
         logging.getLogger(__name__).warning("--layer is deprecated and goes in the next release: use --layers %s (same grammar)",
                                             args.layer)  # fmt: skip
-    return layers
+        return args.layer
+    return LayerSpec.LAST if args.layers is None else args.layers
 
 
 def _mteb(args: argparse.Namespace) -> None:
     layers = _mteb_layers(args)  # before mteb is imported or a model loaded
-    from crossbert_eval.mteb_runner import run_mteb
+    from crossbert_eval.mteb_runner import MtebSettings, run_mteb
     from crossbert_eval.report.text_tables import mteb_text_table
 
-    rows, run = run_mteb(
-        args.model, tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layers=layers, pooling=args.pooling,
-        out_dir=args.out, results_dir=args.results, feature_cache=None if args.no_feature_cache else args.cache,
-        batch_size=args.batch_size, max_length=args.max_length, overwrite=args.overwrite, data_root=_resolved_root(args),
-        dtype=args.dtype, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
-    )  # fmt: skip
+    with settings_as_options():
+        settings = MtebSettings(
+            tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layers=layers, pooling=args.pooling, out_dir=args.out_dir,
+            results_dir=args.results_dir, cache_dir=None if args.no_feature_cache else args.cache_dir, overwrite=args.overwrite,
+            data_root=_resolved_root(args),
+        )  # fmt: skip
+        rows, run = run_mteb(args.model, settings, **_encoder_options(args))
     print(mteb_text_table(rows, run.plan, run.wall_s))
 
 
@@ -379,8 +391,8 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
     """Where probe and geometry read data and write rows and features."""
-    p.add_argument("--results", default=RESULTS_DIR, help="results store folder (results.jsonl)")
-    p.add_argument("--cache", default=FEATURES_DIR, help="feature cache folder (shared by probe, geometry and mteb)")
+    p.add_argument("--results", dest="results_dir", default=RESULTS_DIR, help="results store folder (results.jsonl)")
+    p.add_argument("--cache", dest="cache_dir", default=FEATURES_DIR, help="feature cache folder (shared by probe, geometry and mteb)")
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
 
@@ -389,7 +401,7 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
 def _export(args: argparse.Namespace) -> None:
     from crossbert_eval.export import export_checkpoint
 
-    done = export_checkpoint(args.source, args.dest, results_dir=args.results, push=args.push)
+    done = export_checkpoint(args.source, args.dest, results_dir=args.results_dir, push=args.push)
     print(f"exported {done.source} -> {done.folder}: {len(done.files)} files, model card with {done.probe_rows} probe rows")
     if done.url:
         print(f"pushed: {done.url}")
@@ -400,7 +412,8 @@ def _add_export(sub) -> None:
                                       "sentence-transformers), with a model card; --push uploads it to the Hub")  # fmt: skip
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a checkpoint folder, or a run folder (its latest complete checkpoint)")
     p.add_argument("dest", metavar="DIR", help="a new (or empty) folder to write")
-    p.add_argument("--results", default=RESULTS_DIR, help="results store whose rows of this checkpoint go into the model card")
+    p.add_argument("--results", dest="results_dir", default=RESULTS_DIR,
+                   help="results store whose rows of this checkpoint go into the model card")
     p.add_argument("--push", metavar="ORG/NAME", default=None, help="upload DIR to this Hub model repository (needs CROSSBERT_ONLINE=1)")
     p.set_defaults(func=_export)
 
@@ -441,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("--tasks", required=True, help="comma-separated task names, a family (glue, sts, ...) or all")
     p.add_argument("--probe", default="linear,knn,cosine", help="linear, knn, cosine (each task runs those that apply)")
-    p.add_argument("--layers", default="last", help="all | last | N | N,M,... (0 = embedding output)")
+    p.add_argument("--layers", type=_layer_spec("--layers"), default=LayerSpec.LAST,
+                   help="all | last | N | N,M,... (0 = embedding output)")
     p.add_argument("--pooling", type=_poolings, default=None,
                    help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
     p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
@@ -461,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("geometry", help="geometry of a frozen encoder's features per layer (RankMe, anisotropy, uniformity, entropy)")
     p.add_argument("model", help="as for `crossbert probe`: checkpoint, run folder, HF / sentence-transformers folder, or 'minilm'")
     p.add_argument("--tasks", required=True, help="comma-separated task names, a family or all: their evaluation splits' texts")
-    p.add_argument("--layers", default="all", help="all | last | N | N,M,... (0 = embedding output)")
+    p.add_argument("--layers", type=_layer_spec("--layers"), default=LayerSpec.ALL,
+                   help="all | last | N | N,M,... (0 = embedding output)")
     p.add_argument("--pooling", type=_poolings, default=None,
                    help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
     _add_encoder_options(p)
@@ -474,14 +489,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", default=None,
                    help='local-eng: every local MTEB task; or an mteb benchmark, e.g. "MTEB(eng, v2)": '
                         "its tasks that have local data")
-    p.add_argument("--layers", default=None,
+    p.add_argument("--layers", type=_layer_spec("--layers"), default=None,
                    help="all | last | N | N,M,... (0 = embedding output; default last): the texts are encoded once and every "
                         "layer is scored; published scores are compared with the last layer at the model's own pooling only")
-    p.add_argument("--layer", default=None, help="deprecated alias of --layers (same grammar), removed in the next release")
+    p.add_argument("--layer", type=_layer_spec("--layer"), default=None,
+                   help="deprecated alias of --layers (same grammar), removed in the next release")
     p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
-    p.add_argument("--out", default=MTEB_DIR, help="run folder: mteb's result JSONs and caches")
-    p.add_argument("--results", default=None, help="results store (default: OUT/results)")
-    p.add_argument("--cache", default=FEATURES_DIR, help="feature cache shared with `crossbert probe`")
+    p.add_argument("--out", dest="out_dir", default=MTEB_DIR, help="run folder: mteb's result JSONs and caches")
+    p.add_argument("--results", dest="results_dir", default=None, help="results store (default: OUT/results)")
+    p.add_argument("--cache", dest="cache_dir", default=FEATURES_DIR, help="feature cache shared with `crossbert probe`")
     p.add_argument("--no-feature-cache", action="store_true")
     _add_encoder_options(p, model_max_length=True)
     p.add_argument("--overwrite", action="store_true", help="re-run tasks mteb has cached results for")
@@ -560,8 +576,33 @@ def configure_logging(debug: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# The one table of how the command line names a setting: a ProbeSettings / GeometrySettings / MtebSettings field -> its
+# option (the field is also the argparse dest of --results, --cache and --out: one name from the parsed arguments down).
+# The library names a refused setting by its field (crossbert_eval.settings.SettingError: "probe setting 'k': ..."); the
+# command line says it with the option (settings_as_options): "--k: ...".
+OPTION_OF = {
+    "tasks": "--tasks", "probes": "--probe", "layers": "--layers", "poolings": "--pooling", "pooling": "--pooling",
+    "pair_mode": "--pair-mode", "k": "--k", "temperature": "--temperature", "seed": "--seed", "max_train": "--max-train",
+    "feature_transforms": "--feature-transform", "force": "--force", "data_root": "--data-root", "benchmark": "--benchmark",
+    "overwrite": "--overwrite", "results_dir": "--results", "cache_dir": "--cache", "out_dir": "--out", "dest": "DIR", "folder": "FOLDER",
+}  # fmt: skip
 # The options that name where a command writes: checked before any work (crossbert_model.utils.check_outside_data_root).
-OUTPUT_OPTIONS = {"results": "--results", "cache": "--cache", "out": "--out", "dest": "DIR", "folder": "FOLDER"}
+OUTPUT_OPTIONS = ("results_dir", "cache_dir", "out_dir", "dest", "folder")
+
+
+@contextlib.contextmanager
+def settings_as_options():
+    """A setting the library refuses (SettingError, naming its field) said as the option that set it: `--k: expected a
+    positive integer, got 0`. A field no option sets is said as the library says it."""
+    from crossbert_model.errors import CrossbertError
+    from crossbert_eval.settings import SettingError
+
+    try:
+        yield
+    except SettingError as e:
+        if e.field not in OPTION_OF:
+            raise
+        raise CrossbertError(f"{OPTION_OF[e.field]}: {e.problem}") from None
 
 
 def check_output_options(args: argparse.Namespace) -> None:
@@ -569,7 +610,7 @@ def check_output_options(args: argparse.Namespace) -> None:
     from crossbert_model.errors import report_crashes_in
     from crossbert_model.utils import check_outside_data_root
 
-    given = [(getattr(args, dest), option) for dest, option in OUTPUT_OPTIONS.items() if getattr(args, dest, None) is not None]
+    given = [(getattr(args, name), OPTION_OF[name]) for name in OUTPUT_OPTIONS if getattr(args, name, None) is not None]
     for path, option in given:
         check_outside_data_root(path, option)
     if given:

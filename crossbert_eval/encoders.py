@@ -28,7 +28,7 @@ import crossbert_model.model  # noqa: F401  (registers the crossbert model type 
 from crossbert_model.checkpoint import CheckpointError, check_finite_weights, latest_checkpoint
 from crossbert_model.run_layout import CheckpointDir, RunDir
 from crossbert_model.readers import check_safetensors, read_array, read_json, safetensors_shapes
-from crossbert_model.data import check_tokenizer_matches, minilm_path
+from crossbert_model.data.tokenizer import check_tokenizer_matches, minilm_path
 from crossbert_model.defaults import DTYPES, MAX_LENGTH, POOLINGS
 from crossbert_model.hardware import autocast_dtype
 from crossbert_model.remote_code import code_allowed, from_pretrained
@@ -36,11 +36,12 @@ from crossbert_model.utils import atomic_path, quiet_transformers, stable_hash, 
 from crossbert_model.args import did_you_mean
 from crossbert_model.errors import CrossbertError, one_line
 
+from .layer_spec import LayerSpec
+
 log = logging.getLogger(__name__)
 
 # tokenizer.model_max_length of a tokenizer that declares none (transformers' VERY_LARGE_INTEGER)
 UNDECLARED_LENGTH = 10**12
-LAYERS_EXPECTED = "all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer)"
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
 
 
@@ -313,20 +314,6 @@ def _classify(folder: Path, name: str) -> ModelSource:
     return source
 
 
-def parse_layers(spec: str | int | list) -> str | list[int]:
-    """'all', 'last', or the layer numbers of 'N', 'N,M,...' or [N, M]: checked before any model is loaded
-    (callers name their option in front of the EncoderError)."""
-    if spec in ("all", "last"):
-        return spec
-    try:
-        items = list(spec) if isinstance(spec, list) else [int(s) for s in str(spec).split(",")]
-    except ValueError:
-        items = []
-    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise EncoderError(f"expected {LAYERS_EXPECTED}, got {spec!r}")
-    return items
-
-
 def model_positions(source: ModelSource, tokenizer) -> int | None:
     """The longest input the model has positions for: its config's max_position_embeddings, or fewer where
     its tokenizer declares fewer (RoBERTa-like models keep two positions for padding)."""
@@ -524,18 +511,13 @@ class FrozenEncoder:
             return list(requested), "user"
         return [self.default_pooling], self.pooling_source
 
-    def layer_indices(self, spec: str | int | list) -> list[int]:
-        """'all' -> 0..N (0 = embeddings), 'last' -> N, '3' / '0,3,6' / [0, 3] -> those."""
-        n, items = self.num_layers, parse_layers(spec)
-        if items == "all":
-            return list(range(n + 1))
-        if items == "last":
-            return [n]
-        out = [i if i >= 0 else n + 1 + i for i in items]
-        bad = [i for i in out if not 0 <= i <= n]
-        if bad:
-            raise EncoderError(f"layers {bad} out of range for {self.name}: it has layers 0 (embeddings) to {n}")
-        return out
+    def layer_indices(self, spec: LayerSpec) -> list[int]:
+        """The layer numbers of a LayerSpec on this model (LayerSpec.ALL -> 0..N, 0 = embeddings; LAST -> N; numbers
+        as given, -1 = N): resolved by the spec, refused in one line naming this model's depth. The spec was parsed
+        where the user gave it (crossbert_eval.layer_spec); text is a caller's bug, not a spec."""
+        if not isinstance(spec, LayerSpec):
+            raise TypeError(f"layer_indices takes a LayerSpec (LayerSpec.parse where the text entered), got {spec!r}")
+        return spec.indices(self.num_layers, self.name)
 
     def tokenize(self, texts: list[str], texts_pair: list[str] | None = None) -> dict:
         return self.tokenizer(texts, texts_pair, truncation=True, max_length=self.max_length, padding=False)

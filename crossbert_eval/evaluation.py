@@ -15,12 +15,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ContextManager
+from typing import TYPE_CHECKING, ContextManager
 
 from crossbert_model.utils import append_jsonl, atomic_write_text
 
 from crossbert_model.readers import read_jsonl
 
+if TYPE_CHECKING:  # the runners import torch: each is imported when its stage runs
+    from crossbert_eval.geometry_runner import GeometrySettings
+    from crossbert_eval.mteb_runner import MtebSettings
+    from crossbert_eval.probe_runner import ProbeSettings
 
 
 @contextlib.contextmanager
@@ -34,25 +38,13 @@ def timed_stage(file: Path | None, stage: str, run: str, **extra):
 
 @dataclass(frozen=True)
 class EvaluationPlan:
-    """What to evaluate on one encoder, and where the rows and features go."""
+    """What to evaluate on one encoder: each stage's settings, built once by the caller from its config (the config's
+    keys mapped to the settings' fields there) and handed to the stage's runner whole. A stage without tasks is skipped."""
 
     who: str  # "sweep NAME" / "zoo NAME": names the caller in a missing-data error
-    results_dir: str
-    features_dir: str
-    mteb_dir: Path  # mteb's own result cache
-    data_root: str | None
-    probe_tasks: list[str]
-    probes: list[str]
-    feature_transforms: list[str]
-    max_probe_train: int | None
-    layers: str  # probe and geometry layers: all | last | N,M,...
-    poolings: list[str] | None  # probe and geometry poolings; None: the model's own
-    geometry_tasks: list[str]
-    mteb_tasks: list[str]
-    mteb_layers: str
-    mteb_pooling: str | None  # None: the model's own
-    batch_size: int
-    max_probe_eval: int | None = None  # seeded subsample of each probe evaluation split (a limited sweep's)
+    probe: ProbeSettings
+    geometry: GeometrySettings
+    mteb: MtebSettings
 
 
 # timer(stage, **extra) -> a context manager that records how long the stage took (timed_stage, bound to a run)
@@ -60,52 +52,42 @@ StageTimer = Callable[..., ContextManager]
 
 
 def evaluate_encoder(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
-    """Probes, then geometry, then mteb (one run for every layer of plan.mteb_layers) on `encoder`. A task whose data
+    """Probes, then geometry, then mteb (one run for every layer of plan.mteb.layers) on `encoder`. A task whose data
     is missing fails the evaluation (TaskDataMissing) after its stage, naming every such task."""
-    if plan.probe_tasks:
+    if plan.probe.tasks:
         _probe(encoder, plan, timer)
-    if plan.geometry_tasks:
+    if plan.geometry.tasks:
         _geometry(encoder, plan, timer)
-    if plan.mteb_tasks:
+    if plan.mteb.tasks:
         _mteb(encoder, plan, timer)
 
 
 def _probe(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
-    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
+    from crossbert_eval.probe_runner import ProbeRunner
     from crossbert_eval.tasks import resolve_tasks
 
-    settings = ProbeSettings(
-        tasks=plan.probe_tasks, probes=plan.probes, layers=plan.layers, poolings=plan.poolings, results_dir=plan.results_dir,
-        cache_dir=plan.features_dir, max_train=plan.max_probe_train, max_eval=plan.max_probe_eval, data_root=plan.data_root,
-        feature_transforms=plan.feature_transforms,
-    )  # fmt: skip
-    runner = ProbeRunner(encoder, settings)
+    runner = ProbeRunner(encoder, plan.probe)
     with timer("probe"):
-        runner.run(resolve_tasks(plan.probe_tasks))
+        runner.run(resolve_tasks(plan.probe.tasks))
     _fail_on_missing(plan, "probe", runner.missing)
 
 
 def _geometry(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
-    from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
+    from crossbert_eval.geometry_runner import GeometryRunner
     from crossbert_eval.tasks import resolve_tasks
 
-    runner = GeometryRunner(encoder, GeometrySettings(
-        tasks=plan.geometry_tasks, layers=plan.layers, poolings=plan.poolings, results_dir=plan.results_dir,
-        cache_dir=plan.features_dir, data_root=plan.data_root,
-    ))  # fmt: skip
+    runner = GeometryRunner(encoder, plan.geometry)
     with timer("geometry"):
-        runner.run(resolve_tasks(plan.geometry_tasks))
+        runner.run(resolve_tasks(plan.geometry.tasks))
     _fail_on_missing(plan, "geometry", runner.missing)
 
 
 def _mteb(encoder, plan: EvaluationPlan, timer: StageTimer) -> None:
     from crossbert_eval.mteb_runner import run_mteb
 
-    # every layer of plan.mteb_layers in one run: the texts are encoded once for all of them (as `crossbert mteb --layers`)
-    with timer("mteb", layers=encoder.layer_indices(plan.mteb_layers)):
-        run_mteb(encoder, tasks=plan.mteb_tasks, benchmark=None, layers=plan.mteb_layers, pooling=plan.mteb_pooling,
-                 out_dir=plan.mteb_dir, results_dir=plan.results_dir, feature_cache=plan.features_dir, batch_size=plan.batch_size,
-                 data_root=plan.data_root)  # fmt: skip
+    # every layer of plan.mteb.layers in one run: the texts are encoded once for all of them (as `crossbert mteb --layers`)
+    with timer("mteb", layers=encoder.layer_indices(plan.mteb.layers)):
+        run_mteb(encoder, plan.mteb)
 
 
 def evaluate_baselines(plan: EvaluationPlan, folder: Path, timer: StageTimer) -> None:
@@ -114,10 +96,10 @@ def evaluate_baselines(plan: EvaluationPlan, folder: Path, timer: StageTimer) ->
     from crossbert_eval.baselines import BaselineSettings, run_baselines
     from crossbert_eval.tasks import resolve_tasks
 
-    names = baseline_task_names(plan.probe_tasks, plan.mteb_tasks)
+    names = baseline_task_names(plan.probe.tasks, plan.mteb.tasks)
     if not names:
         return
-    settings = BaselineSettings(data_root=plan.data_root, max_train=plan.max_probe_train, max_eval=plan.max_probe_eval)
+    settings = BaselineSettings(data_root=plan.probe.data_root, max_train=plan.probe.max_train, max_eval=plan.probe.max_eval)
     with timer("baselines"):
         run_baselines(resolve_tasks(names), folder, settings)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -23,11 +24,14 @@ from tqdm.auto import tqdm
 
 from . import geometry as G
 from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
+from crossbert_model.limits import SomeOf
 from crossbert_model.utils import texts_digest
 
 from .encoders import FeatureCache, FrozenEncoder
-from .probe_runner import ProbeError, check_layers_option, choices_error, row_base
+from .layer_spec import TYPED_LAYERS, LayerSpec
+from .probe_runner import row_base
 from .results import CLAIMED, ResultsStore, unit_key
+from .settings import SettingError, check_settings
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
@@ -39,9 +43,14 @@ PAIR_TEXTS = "first and second sentences, each encoded alone, stacked"
 
 @dataclass
 class GeometrySettings:
+    """What a geometry run computes and where its rows go; each field's declared limit checked on construction
+    (SettingError naming the field: "geometry setting 'poolings': ...")."""
+
+    FIELD_KIND = "geometry setting"  # how a refusal names a field (crossbert_eval.settings)
+
     tasks: list[str]
-    layers: str = "all"  # all | last | N | N,M,...
-    poolings: list[str] | None = None  # None: the model's own pooling (encoder.default_pooling)
+    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.ALL  # parsed where the user gave it (LayerSpec.parse)
+    poolings: Annotated[list[str] | None, SomeOf(*POOLINGS)] = None  # None: the model's own pooling (encoder.default_pooling)
     results_dir: str = RESULTS_DIR
     cache_dir: str = FEATURES_DIR
     force: bool = False
@@ -53,13 +62,7 @@ class GeometrySettings:
         self.validate()
 
     def validate(self) -> None:
-        if self.poolings is not None:
-            bad = [p for p in self.poolings if p not in POOLINGS]
-            if bad or not self.poolings:
-                raise choices_error("--pooling", POOLINGS, self.poolings)
-        if not self.tasks:
-            raise ProbeError("--tasks: expected one or more task names, got none")
-        check_layers_option("--layers", self.layers)
+        check_settings(self)
 
 
 def protocol_for(task: Task) -> dict:
@@ -152,6 +155,9 @@ def geometry_model(model: str, settings: GeometrySettings, **encoder_options) ->
     """`encoder_options`: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle)."""
     settings.validate()
     tasks = resolve_tasks(settings.tasks)
+    if not tasks:
+        raise SettingError(settings.FIELD_KIND, "tasks",
+                           f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
     encoder = FrozenEncoder.load(model, **encoder_options)
     runner = GeometryRunner(encoder, settings)
     runner.frame = runner.run(tasks)

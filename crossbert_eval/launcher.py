@@ -21,11 +21,12 @@ import submitit
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 from crossbert_model.args import ConfigError
-from crossbert_model.claims import BUSY
+from crossbert_model.claims import BUSY, Claims
 from crossbert_model.errors import CrossbertError
 from crossbert_model.logs import setup_logging
 from crossbert_model.utils import set_offline_env
 
+from .folder_layout import SweepDir
 from .sweep import Sweep, SweepConfig, prepare_sweep
 
 log = logging.getLogger("crossbert.launcher")
@@ -59,7 +60,8 @@ class RunJob(submitit.helpers.Checkpointable):
     def checkpoint(self, cfg: SweepConfig, key: str) -> submitit.helpers.DelayedSubmission:
         """Timed out or pre-empted: drop the run's claim, so the requeued job (perhaps on another host) takes the run
         at once rather than after the claim's lease; its training resumes from the latest checkpoint."""
-        Sweep(cfg).claims.release(key)
+        folder = SweepDir(cfg.root)  # the claim alone: no plan, no task checks for a job on its way out
+        Claims(folder.claims, folder.claims_lock, cfg.claim_lease_s).release(key)
         return super().checkpoint(cfg, key)
 
 

@@ -25,19 +25,23 @@ import logging
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from sklearn.exceptions import ConvergenceWarning
 
-from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR
+from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR, POOLINGS
+from crossbert_model.limits import OneOf
 from crossbert_model.utils import atomic_write_text, sha256_file
 from crossbert_model.readers import read_text
 
-from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
+from .encoders import FeatureCache, FrozenEncoder
+from .layer_spec import TYPED_LAYERS, LayerSpec
 from .mteb_benchmark import check_local_data, resolve_mteb_tasks
 from .mteb_tasks import MtebError, data_status
 from .results import ResultsStore, unit_key
+from .settings import SettingError, check_settings
 from .tasks import all_tasks
 
 log = logging.getLogger(__name__)
@@ -99,35 +103,51 @@ class MtebRun:
     wall_s: float
 
 
-def run_mteb(
-    model: str | FrozenEncoder, *, tasks: list[str], benchmark: str | None, layers: str | int | list = "last",
-    pooling: str | None = None, out_dir: str | Path = MTEB_DIR, results_dir: str | None = None, feature_cache: str | None = FEATURES_DIR,
-    batch_size: int = 256, max_length: int | None = None, overwrite: bool = False, data_root=None, normalize: bool | None = None,
-    dtype: str = "fp32", allow_pickle: bool = False, trust_remote_code: bool = False,
-):  # fmt: skip
-    """Run mteb on `model` at every layer of `layers` (all | last | N | N,M,..., or a list of numbers: the grammar of
-    `crossbert probe --layers`); return (rows, MtebRun). Rows also go to the results store.
+@dataclass
+class MtebSettings:
+    """What an mteb run scores and where its results go (the model and how it loads are run_mteb's). Each field's
+    limit is declared here and checked on construction: SettingError names the field ("mteb setting 'pooling': ...")."""
+
+    FIELD_KIND = "mteb setting"  # how a refusal names a field (crossbert_eval.settings)
+
+    tasks: list[str] = field(default_factory=list)  # mteb task names (local task files' or mteb's own)
+    benchmark: str | None = None  # local-eng, or an mteb benchmark: its tasks that have local data
+    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.LAST  # every layer scored, the texts encoded once
+    pooling: Annotated[str | None, OneOf(*POOLINGS)] = None  # None: the model's own (its sentence-transformers Pooling module, else mean)
+    out_dir: str | Path = MTEB_DIR  # mteb's result folder and caches
+    results_dir: str | None = None  # the results store (None: out_dir/results)
+    cache_dir: str | None = FEATURES_DIR  # the feature cache (None: none)
+    overwrite: bool = False  # re-run tasks mteb has cached results for
+    data_root: str | None = None
+    normalize: bool | None = None  # None: the model's own (sentence-transformers' Normalize module)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        check_settings(self)
+
+
+def run_mteb(model: str | FrozenEncoder, settings: MtebSettings, **encoder_options):
+    """Run mteb on `model` at every layer of `settings.layers`; return (rows, MtebRun). Rows also go to the results store.
     Each text set is encoded ONCE for all the layers (LayerFeatures), then mteb scores each layer as its own model
     (its own ModelMeta experiment: mteb_encoder.py). Tasks run one after the other, every layer of a task before
     the next task, so memory holds one task's features.
-    `pooling` None: the model's own (its sentence-transformers Pooling module, else mean); `max_length`
-    None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs truncate at), else
-    crossbert_model.defaults.MAX_LENGTH, at most the model's positions; `dtype`, `allow_pickle` and `trust_remote_code` as FrozenEncoder.load
-    (fp32, safetensors only, none of the folder's code) when `model` is a name.
+    `encoder_options` when `model` is a name: FrozenEncoder.load's (max_length, batch_size, dtype, allow_pickle,
+    trust_remote_code); `max_length` None: the model's own (sentence-transformers' max_seq_length, which MTEB's runs
+    truncate at), else crossbert_model.defaults.MAX_LENGTH, at most the model's positions.
     A refused run (a bad name, layer, task or model) leaves no folder it created behind (nothing_left_on_refusal)."""
-    check_layers(layers)  # before a model is loaded
-    out_dir = Path(out_dir)
-    store_dir = Path(results_dir) if results_dir else out_dir / "results"
+    settings.validate()  # again (fields may have been set after construction), before a model is loaded
+    if not settings.tasks and settings.benchmark is None:
+        raise SettingError(settings.FIELD_KIND, "tasks", "expected one or more mteb task names (or a benchmark), got none")
+    out_dir = Path(settings.out_dir)
+    store_dir = Path(settings.results_dir) if settings.results_dir else out_dir / "results"
     written = [out_dir / "mteb_cache", out_dir / "hf_datasets_cache", out_dir / "results", store_dir]
-    with nothing_left_on_refusal(written + ([Path(feature_cache)] if feature_cache else [])):
-        return _run_mteb(model, tasks=tasks, benchmark=benchmark, layers=layers, pooling=pooling, out_dir=out_dir, store_dir=store_dir,
-                         feature_cache=feature_cache, batch_size=batch_size, max_length=max_length, overwrite=overwrite,
-                         data_root=data_root, normalize=normalize, dtype=dtype, allow_pickle=allow_pickle,
-                         trust_remote_code=trust_remote_code)  # fmt: skip
+    with nothing_left_on_refusal(written + ([Path(settings.cache_dir)] if settings.cache_dir else [])):
+        return _run_mteb(model, settings, out_dir, store_dir, encoder_options)
 
 
-def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_dir: Path, feature_cache, batch_size, max_length,
-              overwrite, data_root, normalize, dtype, allow_pickle, trust_remote_code):  # fmt: skip
+def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_options: dict):
     started = time.perf_counter()
     configure_offline(out_dir)
     import mteb
@@ -135,23 +155,22 @@ def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_
     if isinstance(model, FrozenEncoder):
         encoder = model
     else:
-        encoder = FrozenEncoder.load(model, max_length=max_length, own_length=True, batch_size=batch_size, dtype=dtype,
-                                     allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)  # fmt: skip
+        encoder = FrozenEncoder.load(model, own_length=True, **encoder_options)
     # recorded as the probe runner records it: "user", or where the model's own pooling came from
-    (pooling,), pooling_source = encoder.poolings_and_source([pooling] if pooling else None)
-    layer_indices = list(dict.fromkeys(encoder.layer_indices(layers)))  # '6,-1' on a 6-layer model: layer 6 once
-    task_objects, plan = resolve_mteb_tasks(tasks, benchmark, data_root)
-    if not task_objects:
-        raise MtebError("no task given: use --tasks NAME[,NAME] or --benchmark local-eng" if plan is None else
-                        f"no task of {plan.name} has local data here\n{plan.report()}")  # fmt: skip
+    (pooling,), pooling_source = encoder.poolings_and_source([s.pooling] if s.pooling else None)
+    layer_indices = list(dict.fromkeys(encoder.layer_indices(s.layers)))  # '6,-1' on a 6-layer model: layer 6 once
+    task_objects, plan = resolve_mteb_tasks(s.tasks, s.benchmark, s.data_root)
+    if not task_objects:  # a benchmark none of whose tasks has local data here
+        raise MtebError(f"no task of {plan.name} has local data here\n{plan.report()}" if plan is not None else
+                        f"benchmark {s.benchmark}: no task file in tasks/ declares an mteb task")  # fmt: skip
     if plan is not None:
         log.info("%s", plan.report())
-    check_local_data(task_objects, data_root)
-    cache = FeatureCache(feature_cache) if feature_cache else None
+    check_local_data(task_objects, s.data_root)
+    cache = FeatureCache(s.cache_dir) if s.cache_dir else None
     from .mteb_encoder import LayerFeatures, make_mteb_encoder  # imports mteb: after configure_offline
 
     shared = LayerFeatures(encoder, layer_indices, pooling, cache)
-    wrapped = {layer: make_mteb_encoder(encoder, layer, pooling, normalize=normalize, features=shared) for layer in layer_indices}
+    wrapped = {layer: make_mteb_encoder(encoder, layer, pooling, normalize=s.normalize, features=shared) for layer in layer_indices}
     published = {layer: layer == encoder.num_layers and pooling == encoder.source.default_pooling for layer in layer_indices}
     note_superseded(task_objects)
     rows = []
@@ -175,8 +194,8 @@ def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_
                     wrapped[layer],
                     [task],
                     cache=result_cache,
-                    overwrite_strategy="always" if overwrite else "only-missing",
-                    encode_kwargs={"batch_size": batch_size},
+                    overwrite_strategy="always" if s.overwrite else "only-missing",
+                    encode_kwargs={"batch_size": encoder.batch_size},
                     co2_tracker=False,
                     show_progress_bar=False,
                 )
@@ -189,8 +208,8 @@ def _run_mteb(model, *, tasks, benchmark, layers, pooling, out_dir: Path, store_
                 task.unload_data()
     store = ResultsStore(store_dir)
     new = [r for r in rows if not store.done(r["unit"])]
-    store.remove_units({r["unit"] for r in rows} if overwrite else set())
-    store.append(rows if overwrite else new)
+    store.remove_units({r["unit"] for r in rows} if s.overwrite else set())
+    store.append(rows if s.overwrite else new)
     folder = result_files[(task_objects[0].metadata.name, layer_indices[0])].parent
     if len(layer_indices) > 1:
         folder = folder.parents[1] if folder.parent.name == "experiments" else folder  # the revision's folder (mteb's cache layout)
@@ -254,14 +273,6 @@ def stamp_results(paths: list[Path]) -> None:
             atomic_write_text(_stamp_of(path), sha256_file(path) + "\n")
 
 
-def check_layers(layers: str | int | list) -> None:
-    """A layer spec (all | last | N | N,M,...: crossbert_eval.encoders.parse_layers), checked before any model is loaded."""
-    try:
-        parse_layers(layers)
-    except EncoderError as e:
-        raise MtebError(f"--layers: {e}") from None
-
-
 def result_rows(
     result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user",
     costs: dict | None = None, published_setting: bool | None = None,
@@ -323,4 +334,4 @@ def result_rows(
     return rows
 
 
-__all__ = ["run_mteb", "configure_offline", "result_rows", "nothing_left_on_refusal", "MtebError"]
+__all__ = ["run_mteb", "MtebSettings", "configure_offline", "result_rows", "nothing_left_on_refusal", "MtebError"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -24,13 +24,15 @@ from tqdm.auto import tqdm
 
 from . import probes as P
 from .metrics import score
-from crossbert_model.errors import CrossbertError
 from crossbert_model.utils import stable_hash, texts_digest
 
-from crossbert_model.defaults import FEATURES_DIR, POOLINGS, PROBES, RESULTS_DIR
+from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, FEATURES_DIR, POOLINGS, PROBES, RESULTS_DIR
+from crossbert_model.limits import POSITIVE, POSITIVE_INT, SEED, OneOf, SomeOf
 
-from .encoders import EncoderError, FeatureCache, FrozenEncoder, parse_layers
+from .encoders import FeatureCache, FrozenEncoder
+from .layer_spec import TYPED_LAYERS, LayerSpec
 from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
+from .settings import SettingError, check_settings
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
 
 log = logging.getLogger(__name__)
@@ -38,28 +40,31 @@ log = logging.getLogger(__name__)
 PAIR_MODES = ("joint", "senteval")
 
 
-class ProbeError(CrossbertError, ValueError):
-    """A probe setting is wrong; the message names the option and what was expected."""
-
-
 @dataclass
 class ProbeSettings:
+    """What a probe run computes and where its rows go. Each field's limit is declared here (crossbert_model.limits) and
+    checked on construction: SettingError names the field ("probe setting 'k': ..."), `crossbert probe` its option."""
+
+    FIELD_KIND = "probe setting"  # how a refusal names a field (crossbert_eval.settings)
+
     tasks: list[str]
-    probes: list[str] = field(default_factory=lambda: ["linear", "knn", "cosine"])
-    layers: str = "last"  # all | last | N | N,M,...
-    poolings: list[str] | None = None  # None: the model's own pooling (encoder.default_pooling)
-    pair_mode: str = "joint"  # joint: the pair as one sequence; senteval: [u, v, |u-v|, u*v]
-    k: int = P.KNN_K
-    temperature: float = P.KNN_TEMPERATURE
-    seed: int = P.PROBE_SEED
+    probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn", "cosine"])
+    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.LAST  # parsed where the user gave it (LayerSpec.parse)
+    poolings: Annotated[list[str] | None, SomeOf(*POOLINGS)] = None  # None: the model's own pooling (encoder.default_pooling)
+    # joint: the pair as one sequence; senteval: [u, v, |u-v|, u*v]
+    pair_mode: Annotated[str, OneOf(*PAIR_MODES)] = "joint"
+    k: Annotated[int, POSITIVE_INT] = P.KNN_K
+    temperature: Annotated[float, POSITIVE] = P.KNN_TEMPERATURE
+    seed: Annotated[int, SEED] = P.PROBE_SEED
     results_dir: str = RESULTS_DIR
     cache_dir: str = FEATURES_DIR
     force: bool = False
     data_root: str | None = None
-    max_train: int | None = None  # seeded subsample of the probe's train split (fast sweeps)
-    max_eval: int | None = None  # seeded subsample of each evaluation split (smoke runs: `crossbert sweep --limit`)
+    max_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of the probe's train split (fast sweeps); None: all of it
+    # seeded subsample of each evaluation split (smoke runs: `crossbert sweep --limit`); None: every evaluation example
+    max_eval: Annotated[int | None, POSITIVE_INT] = None
     # probes.FEATURE_TRANSFORMS of the cosine and kNN probes, each its own units; fitted on the task's training split
-    feature_transforms: list[str] = field(default_factory=lambda: ["raw"])
+    feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
 
     def __post_init__(self) -> None:
         self.probes, self.poolings, self.feature_transforms = (
@@ -69,28 +74,8 @@ class ProbeSettings:
         self.validate()
 
     def validate(self) -> None:
-        """Every setting checked before any model is loaded; messages name the command-line option."""
-        if not _is_int(self.k) or self.k < 1:
-            raise ProbeError(f"--k: expected a positive integer, got {self.k!r}")
-        if not _is_number(self.temperature) or not 0 < self.temperature < float("inf"):
-            raise ProbeError(f"--temperature: expected a positive number, got {self.temperature!r}")
-        if self.poolings is not None:
-            bad = [p for p in self.poolings if p not in POOLINGS]
-            if bad or not self.poolings:
-                raise choices_error("--pooling", POOLINGS, self.poolings)
-        bad = [p for p in self.probes if p not in PROBES]
-        if bad or not self.probes:
-            raise choices_error("--probe", PROBES, self.probes)
-        bad = [t for t in self.feature_transforms if t not in P.FEATURE_TRANSFORMS]
-        if bad or not self.feature_transforms:
-            raise choices_error("--feature-transform", P.FEATURE_TRANSFORMS, self.feature_transforms)
-        if self.pair_mode not in PAIR_MODES:
-            raise ProbeError(f"--pair-mode: expected one of {', '.join(PAIR_MODES)}, got {self.pair_mode!r}")
-        if self.max_train is not None and (not _is_int(self.max_train) or self.max_train < 1):
-            raise ProbeError(f"max_train: expected a positive integer (unset: the whole train split), got {self.max_train!r}")
-        if self.max_eval is not None and (not _is_int(self.max_eval) or self.max_eval < 1):
-            raise ProbeError(f"max_eval: expected a positive integer (unset: every evaluation example), got {self.max_eval!r}")
-        check_layers_option("--layers", self.layers)
+        """Every setting within its declared limit, before any model is loaded (SettingError naming the field)."""
+        check_settings(self)
 
     def protocol_constants(self) -> dict:
         return {
@@ -103,27 +88,6 @@ class ProbeSettings:
             **({"max_train": self.max_train} if self.max_train else {}),  # only when subsampling
             **({"max_eval": self.max_eval} if self.max_eval else {}),
         }
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def check_layers_option(option: str, spec) -> None:
-    """A layer spec checked before any model is loaded; the error names the option."""
-    try:
-        parse_layers(spec)
-    except EncoderError as e:
-        raise ProbeError(f"{option}: {e}") from None
-
-
-def choices_error(option: str, allowed: tuple, given: list) -> ProbeError:
-    got = ",".join(map(str, given))
-    return ProbeError(f"{option}: expected one or more of {', '.join(allowed)} (comma-separated), got {got!r}")
 
 
 def row_base(encoder: FrozenEncoder, task: Task, split: str, probe: str, layer: int, pooling: str, pooling_source: str) -> dict:
@@ -417,7 +381,8 @@ def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> Probe
     settings.validate()  # a wrong option or a broken task file should not cost a model load
     tasks = resolve_tasks(settings.tasks)
     if not tasks:
-        raise ProbeError(f"--tasks: expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
+        raise SettingError(settings.FIELD_KIND, "tasks",
+                           f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
     encoder = FrozenEncoder.load(model, **encoder_options)
     runner = ProbeRunner(encoder, settings)
     runner.frame = runner.run(tasks)

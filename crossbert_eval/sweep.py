@@ -57,6 +57,7 @@ from crossbert_model.utils import (
 
 from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .folder_layout import SweepDir
+from .layer_spec import LayerSpec
 from .results import RESULTS_FILE
 from .report.loading import SMOKE_TEST_KEY
 from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds
@@ -127,8 +128,9 @@ class SweepConfig:
     size_overrides: dict = field(default_factory=dict)  # {preset: {nested TrainConfig overrides}}
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
-    probe_layers: Annotated[str, LAYERS] = "all"  # for final checkpoints
-    intermediate_layers: Annotated[str, LAYERS] = "last"  # for the earlier checkpoints (probe score along training)
+    # all | last | N | N,M,... (crossbert_eval.layer_spec; a YAML number or list of numbers too): the settings' `layers`
+    probe_layers: Annotated[str | int | list, LAYERS] = "all"  # for final checkpoints
+    intermediate_layers: Annotated[str | int | list, LAYERS] = "last"  # for the earlier checkpoints (probe score along training)
     poolings: Annotated[list[str], SomeOf(*POOLINGS)] = field(default_factory=lambda: ["mean"])
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
     feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
@@ -137,7 +139,7 @@ class SweepConfig:
     # layers and poolings: evaluation-split texts, the probe stage's cached features where they match.
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
-    mteb_layers: Annotated[str, LAYERS] = "last"
+    mteb_layers: Annotated[str | int | list, LAYERS] = "last"
     batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
     # Tables, plots and report are rebuilt after a run once this many seconds have passed since the last
     # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
@@ -288,6 +290,25 @@ def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
     return stable_hash({**probing, "steps": run.train.steps, "checkpoint_steps": run.train.checkpoint_steps})
 
 
+def evaluation_plan(cfg: SweepConfig, folder: SweepDir, final: bool) -> EvaluationPlan:
+    """What a checkpoint of the sweep is evaluated on: every layer the config asks of a final checkpoint, intermediate_layers
+    of the earlier ones. The config's keys become the settings' fields here, once (probe_layers -> layers, parsed;
+    max_probe_train -> max_train, capped by a limited sweep's limit; the sweep's features folder -> cache_dir)."""
+    from .geometry_runner import GeometrySettings
+    from .mteb_runner import MtebSettings
+    from .probe_runner import ProbeSettings
+
+    stores = {"results_dir": str(folder.results), "cache_dir": str(cfg.root / "features"), "data_root": cfg.data_root}
+    layers = LayerSpec.parse(cfg.probe_layers if final else cfg.intermediate_layers)
+    probe = ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, poolings=cfg.poolings,
+                          feature_transforms=cfg.feature_transforms, max_train=_capped(cfg.max_probe_train, cfg.limit), max_eval=cfg.limit,
+                          **stores)  # fmt: skip
+    geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, **stores)
+    mteb = MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers) if final else layers, pooling=cfg.poolings[0],
+                        out_dir=str(cfg.root / "mteb"), **stores)  # fmt: skip
+    return EvaluationPlan(who=f"sweep {cfg.name}", probe=probe, geometry=geometry, mteb=mteb)
+
+
 def planned_flops_per_token(tc: TrainConfig) -> float:
     """Training FLOPs per corpus token of the model `tc` trains: the trainer's own model-args translation,
     so shape overrides (hidden_size, mlp_type, ...) count; the vocabulary is data.vocab_size."""
@@ -304,6 +325,8 @@ class Sweep:
         self.folder = SweepDir(cfg.root)
         self.runs = plan_runs(cfg)
         check_tasks(cfg)
+        # {final checkpoint?: its EvaluationPlan}, built here once from the config's fields (checked by plan_runs)
+        self.evaluation_plans = {final: evaluation_plan(cfg, self.folder, final) for final in (True, False)}
         self.rank = int(os.environ.get("RANK", "0"))
         self.results_dir = self.folder.results
         self.checkpoints_file = self.folder.models
@@ -347,20 +370,8 @@ class Sweep:
         for step, path in sorted(checkpoints, reverse=True):
             encoder = FrozenEncoder.load(str(path), batch_size=self.cfg.batch_size)
             self._record_checkpoint(run, step, path, encoder)
-            plan = self._evaluation_plan(final=step == run.train.steps)
+            plan = self.evaluation_plans[step == run.train.steps]
             evaluate_encoder(encoder, plan, lambda stage, **extra: self.timed(stage, run, step=step, **extra))
-
-    def _evaluation_plan(self, final: bool) -> EvaluationPlan:
-        """Every layer the config asks of a final checkpoint; intermediate_layers of the earlier ones."""
-        cfg = self.cfg
-        return EvaluationPlan(
-            who=f"sweep {cfg.name}", results_dir=str(self.results_dir), features_dir=str(self.root / "features"),
-            mteb_dir=self.root / "mteb", data_root=cfg.data_root, probe_tasks=cfg.probe_tasks, probes=cfg.probes,
-            feature_transforms=cfg.feature_transforms, max_probe_train=_capped(cfg.max_probe_train, cfg.limit), max_probe_eval=cfg.limit,
-            layers=cfg.probe_layers if final else cfg.intermediate_layers, poolings=cfg.poolings, geometry_tasks=cfg.geometry_tasks,
-            mteb_tasks=cfg.mteb_tasks, mteb_layers=cfg.mteb_layers if final else cfg.intermediate_layers,
-            mteb_pooling=cfg.poolings[0], batch_size=cfg.batch_size,
-        )  # fmt: skip
 
     def record_reliance(self, run: RunSpec) -> None:
         """The encoder reliance of the run's final checkpoint (crossbert_model.reliance), once, in SweepDir.reliance."""
@@ -532,7 +543,7 @@ class Sweep:
     def compute_baselines(self) -> None:
         """Chance, majority-class and TF-IDF scores of the probe tasks on the probes' splits, once for the sweep (before
         the first run, so every report from the first on draws them; crossbert_eval.baselines)."""
-        evaluate_baselines(self._evaluation_plan(final=True), self.root, lambda stage, **extra: self.timed(stage, None, **extra))
+        evaluate_baselines(self.evaluation_plans[True], self.root, lambda stage, **extra: self.timed(stage, None, **extra))
 
     def log_verdict(self) -> None:
         """The report's verdict (summary.json) as the sweep's last lines."""

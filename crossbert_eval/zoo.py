@@ -34,7 +34,7 @@ import gc
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +51,7 @@ from crossbert_model.run_layout import CheckpointDir
 
 from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .folder_layout import ZooDir
+from .layer_spec import LayerSpec
 from .report.zoo_report import build_zoo_report
 
 log = logging.getLogger("crossbert.zoo")
@@ -84,13 +85,13 @@ class ZooConfig:
                       Unique(lambda entry: entry.name or entry.model, "display name")] = field(default_factory=list)  # fmt: skip
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
-    probe_layers: Annotated[str, LAYERS] = "all"
+    probe_layers: Annotated[str | int | list, LAYERS] = "all"  # all | last | N | N,M,... (crossbert_eval.layer_spec)
     max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
     feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
-    mteb_layers: Annotated[str, LAYERS] = "last"  # layers mteb evaluates (features of every layer are cached)
+    mteb_layers: Annotated[str | int | list, LAYERS] = "last"  # layers mteb evaluates (features of every layer are cached)
     batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
     max_length: Annotated[int | None, POSITIVE_INT] = None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
     dtype: Annotated[str, OneOf(*DTYPES)] = "fp32"  # as FrozenEncoder.load
@@ -231,6 +232,32 @@ def preflight(cfg: ZooConfig) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
+    """The zoo's tasks, at each model's own pooling (entry_plan puts an entry's in). The config's keys become the
+    settings' fields here, once (probe_layers -> layers, parsed; max_probe_train -> max_train; features_dir -> cache_dir)."""
+    from .geometry_runner import GeometrySettings
+    from .mteb_runner import MtebSettings
+    from .probe_runner import ProbeSettings
+
+    stores = {"results_dir": str(folder.results), "cache_dir": str(cfg.features), "data_root": cfg.data_root}
+    layers = LayerSpec.parse(cfg.probe_layers)
+    return EvaluationPlan(
+        who=f"zoo {cfg.name}",
+        probe=ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, feature_transforms=cfg.feature_transforms,
+                            max_train=cfg.max_probe_train, **stores),
+        geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, **stores),
+        mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(cfg.root / "mteb"), **stores),
+    )  # fmt: skip
+
+
+def entry_plan(plan: EvaluationPlan, entry: ZooModel) -> EvaluationPlan:
+    """The zoo's plan at an entry's pooling; an entry without one: the model's own (recorded as such)."""
+    if entry.pooling is None:
+        return plan
+    return replace(plan, probe=replace(plan.probe, poolings=[entry.pooling]), geometry=replace(plan.geometry, poolings=[entry.pooling]),
+                   mteb=replace(plan.mteb, pooling=entry.pooling))  # fmt: skip
+
+
 class Zoo:
     def __init__(self, cfg: ZooConfig):
         check_zoo_config(cfg)
@@ -239,6 +266,7 @@ class Zoo:
         self.folder = ZooDir(cfg.root)
         self.results_dir = self.folder.results
         self.models = ModelRecords(self.folder.models)
+        self.plan = evaluation_plan(cfg, self.folder)  # built here once; an entry's pooling put in by entry_plan
 
     def timed(self, stage: str, name: str | None, **extra):
         return timed_stage(self.folder.timings, stage, name or "(zoo)", **extra)
@@ -264,22 +292,11 @@ class Zoo:
         requested = [entry.pooling] if entry.pooling else None  # None: the model's own, recorded as such
         (pooling,), pooling_source = encoder.poolings_and_source(requested)
         self._record(entry, encoder, pooling, pooling_source)
-        evaluate_encoder(encoder, self._evaluation_plan(entry), lambda stage, **extra: self.timed(stage, name, **extra))
+        evaluate_encoder(encoder, entry_plan(self.plan, entry), lambda stage, **extra: self.timed(stage, name, **extra))
         del encoder
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-    def _evaluation_plan(self, entry: ZooModel) -> EvaluationPlan:
-        """The zoo's tasks on every model; an entry's pooling, else the model's own."""
-        cfg = self.cfg
-        return EvaluationPlan(
-            who=f"zoo {cfg.name}", results_dir=str(self.results_dir), features_dir=str(cfg.features), mteb_dir=self.root / "mteb",
-            data_root=cfg.data_root, probe_tasks=cfg.probe_tasks, probes=cfg.probes, feature_transforms=cfg.feature_transforms,
-            max_probe_train=cfg.max_probe_train, layers=cfg.probe_layers, poolings=[entry.pooling] if entry.pooling else None,
-            geometry_tasks=cfg.geometry_tasks, mteb_tasks=cfg.mteb_tasks, mteb_layers=cfg.mteb_layers, mteb_pooling=entry.pooling,
-            batch_size=cfg.batch_size,
-        )  # fmt: skip
 
     def _record(self, entry: ZooModel, encoder, pooling: str, pooling_source: str) -> None:
         """The model's row in checkpoints.jsonl: a finished model (step == total_steps), its family the plot line
@@ -312,8 +329,8 @@ class Zoo:
     def run(self) -> Path:
         preflight(self.cfg)  # a missing model or task fails here, with nothing written
         self.write_manifest()
-        # the baselines depend on the tasks and their splits, not on a model: any entry's plan gives them
-        evaluate_baselines(self._evaluation_plan(self.cfg.models[0]), self.root, lambda stage, **extra: self.timed(stage, "(baselines)", **extra))
+        # the baselines depend on the tasks and their splits, not on a model or its pooling: the zoo's plan gives them
+        evaluate_baselines(self.plan, self.root, lambda stage, **extra: self.timed(stage, "(baselines)", **extra))
         for i, entry in enumerate(self.cfg.models):
             self.evaluate_model(i, entry)
             self.report()

@@ -236,16 +236,19 @@ class Check(Limit):
 
 
 class Parsed(Limit):
-    """A value a parser accepts: `lazy` 'package.module:function' raises a ValueError (CrossbertError) worded
-    'expected ..., got ...' for a value it refuses (crossbert_eval.encoders.parse_layers)."""
+    """A value a parser accepts: `lazy` 'package.module:function' (or 'package.module:Class.method') raises a ValueError
+    (CrossbertError) worded 'expected ..., got ...' for a value it refuses (crossbert_eval.layer_spec.LayerSpec.parse)."""
 
     def __init__(self, lazy: str, shown: str, heavy: bool = True):
         self.lazy, self.shown, self.heavy, self.expected = lazy, shown, heavy, shown
 
     def refusal(self, value, optional: bool = False) -> str | None:
         module, _, name = self.lazy.partition(":")
+        parser = importlib.import_module(module)
+        for part in name.split("."):
+            parser = getattr(parser, part)
         try:
-            getattr(importlib.import_module(module), name)(value)
+            parser(value)
         except ValueError as e:
             return str(e)
         return None
@@ -355,8 +358,8 @@ SECONDS = Range(0, low_open=True, words="a positive number of seconds", shown=">
 MAX_SEED = 2**63 - 1
 SEED = Range(0, MAX_SEED, integer=True, words="an integer from 0 to 2**63 - 1", shown="0 <= x < 2**63")
 FOLDER_NAME_LIMIT = FolderNameLimit()
-# The layers a probe, geometry or mteb stage reads (its parser imports torch: checked after the light limits).
-LAYERS = Parsed("crossbert_eval.encoders:parse_layers", shown="all|last|N,M,...")
+# The layers a probe, geometry or mteb stage reads: the grammar's one parser (light), in its one wording.
+LAYERS = Parsed("crossbert_eval.layer_spec:LayerSpec.parse", shown="all|last|N,M,...", heavy=False)
 NON_EMPTY = NonEmpty()
 BOOL = TrueOrFalse()
 

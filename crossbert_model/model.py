@@ -380,6 +380,9 @@ class MlmHead(nn.Module):
         features = self.norm(F.gelu(self.dense(x)))
         return features if self.logit_scale == 1.0 else features * self.logit_scale
 
+    def forward(self, x: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.features(x), embedding_weight, self.decoder_bias)
+
 
 def tied_logit_scale(config: CrossBertConfig) -> float:
     """The factor on flat MLM's tied logits: initializer_range / embedding_init_std, 1 at the default draw.
@@ -389,9 +392,6 @@ def tied_logit_scale(config: CrossBertConfig) -> float:
     those of the default 0.02 draw, so flat MLM trains with CrossBERT's draw and the two arms differ in the objective
     only. CrossBERT's predictor needs no factor: its output projection is drawn at initializer_range."""
     return config.initializer_range / config.embedding_init_std if config.embedding_init_std else 1.0
-
-    def forward(self, x: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.features(x), embedding_weight, self.decoder_bias)
 
 
 class FlatMlmForPreTraining(CrossBertPreTrainedModel):

@@ -18,7 +18,7 @@ import yaml
 from .readers import ReadError, read_text
 from .run_layout import CheckpointDir
 from .config import CrossBertConfig, format_count
-from .data import corpus_location
+from .data.corpus import corpus_location
 from .errors import CrossbertError
 from .objectives import objective, parameter_counts, training_flops_per_token
 from .portable import ST_POOLING, sentence_length

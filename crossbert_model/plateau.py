@@ -13,7 +13,7 @@ The trainer records, once at the start of a run (run_info.json and every evaluat
 * `unigram_entropy_r15`, `unigram_entropy_r50`, ...: over exactly the targets `shared_loss_r15`, ...
   score (crossbert_model.shared_loss: the same sequences and seeded selections, at every ratio).
 
-    counts = unigram_counts(data.train, vocab_size)          # crossbert_model.data
+    counts = unigram_counts(data.train, vocab_size)          # crossbert_model.data.sequences
     unigram_cross_entropy(counts, target_ids)                # nats
 """
 

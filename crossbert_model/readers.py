@@ -13,7 +13,7 @@ checkpoint stays a CheckpointError and a damaged task file a TaskError.
 | numpy arrays (features, predictions) | `read_array`, `read_arrays`                   |
 | CSV tables (a report's tables)| `read_table`                                         |
 
-Corpora are read by crossbert_model.data's corpus reader and task data files by crossbert_eval.tasks.formats (their
+Corpora are read by crossbert_model.data.corpus and task data files by crossbert_eval.tasks.formats (their
 formats are theirs); both take their bytes and text from here. tests/test_readers.py holds every other module to this.
 torch, numpy and safetensors load on first use: a command that only reads a config stays light.
 """

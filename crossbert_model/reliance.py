@@ -196,7 +196,7 @@ def encoder_reliance_for_checkpoint(path: str | Path, eval_sequences: int | None
     sequences (the first `eval_sequences`, default the run's own), against the unigram entropy of the same
     targets (recorded by the trainer, else computed)."""
     from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
-    from .data import prepare_data, unigram_counts
+    from .data.sequences import prepare_data, unigram_counts
     from .plateau import protocol_unigram_entropies, unigram_entropy_key
     from .train_config import checkpoint_train_config
 

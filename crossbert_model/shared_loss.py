@@ -170,7 +170,8 @@ def shared_losses_for_checkpoint(
     and dtype; also scores runs trained before the protocol existed. (The unigram entropies of the
     same targets: crossbert_model.train.unigram_entropies_for_checkpoint.)"""
     from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
-    from .data import check_tokenizer_matches, prepare_data
+    from .data.sequences import prepare_data
+    from .data.tokenizer import check_tokenizer_matches
     from .hardware import torch_autocast_dtype
     from .utils import set_offline_env
 

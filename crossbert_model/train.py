@@ -48,7 +48,7 @@ from . import distributed as D
 from .model_card import model_card
 from .readers import read_json
 from .run_layout import RunDir
-from .args import ConfigError, deep_merge, diff_dicts, dump_yaml, load_config, read_yaml, to_dict
+from .args import ConfigError, config_main, dump_yaml
 from .checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -61,9 +61,10 @@ from .checkpoint import (
 )
 from .claims import exclusive_folder
 from .config import CrossBertConfig
-from .data import CorpusData, EpochSampler, corpus_location, prepare_data, unigram_counts
+from .data.corpus import corpus_location
+from .data.sequences import CorpusData, EpochSampler, prepare_data, unigram_counts
 from .logs import duration
-from .hardware import matmul_flops, resolve_precision, torch_autocast_dtype
+from .hardware import matmul_flops, torch_autocast_dtype
 from .masking import MASKING_SCHEME, RowRandom, target_ids
 from .model import Block, PredictorBlock
 from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
@@ -71,13 +72,11 @@ from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies,
 from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, set_offline_env
 from .readers import read_jsonl
-from .errors import CrossbertError, debug_requested, exit_on_user_error, report_crashes_in
-from .train_config import NON_DEFINING_KEYS, OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
+from .errors import CrossbertError, report_crashes_in
+from .train_config import OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
+from .resume import check_masking_scheme, check_resume_compatible, resolve_run_precision
 from .tracking import Trackers, open_trackers
 
-# The config schema is train_config's; scripts written before it had its own module import it from here.
-from .data import DataArgs  # noqa: E402,F401
-from .train_config import ModelArgs  # noqa: E402,F401
 
 log = logging.getLogger("crossbert.train")
 
@@ -174,71 +173,6 @@ def make_optimizer(model: torch.nn.Module, o: OptimArgs, device: torch.device = 
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # One fused kernel for the whole update on CUDA; the CPU keeps the default (foreach) implementation.
     return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=device.type == "cuda")
-
-
-def read_saved_config(run_dir: Path) -> dict | None:
-    saved_file = RunDir(run_dir).config
-    return read_yaml(saved_file) if saved_file.exists() else None
-
-
-def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> list[tuple[str, object, object]]:
-    """Refuse to resume a run folder trained with other defining values, except the keys listed in
-    `resume_allow_changes`; return those allowed changes as (key, saved, now)."""
-    saved_file = RunDir(run_dir).config
-    saved = read_saved_config(run_dir)
-    if saved is None:
-        return []
-    # A key the saved config lacks was added to the tool since (e.g. model.mlm_mask_prob): that run was
-    # trained with the key's default, so only a non-default value now is a change.
-    saved = deep_merge(to_dict(TrainConfig()), saved)
-    diffs = [d for d in diff_dicts(saved, to_dict(cfg)) if d[0] not in NON_DEFINING_KEYS]
-    # Runs saved before dtype was resolved at start recorded only 'auto': whatever it resolves to now is that run's choice.
-    diffs = [d for d in diffs if not (d[0] == "dtype" and d[1] == "auto")]
-    allowed = [d for d in diffs if _change_allowed(d[0], cfg.resume_allow_changes)]
-    refused = [d for d in diffs if not _change_allowed(d[0], cfg.resume_allow_changes)]
-    if refused:
-        listing = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in refused)
-        keys = ",".join(k for k, _, _ in refused)
-        raise ConfigError(
-            f"{saved_file}: this run folder was trained with another config ({listing}). "
-            f"To continue this run with the new value(s) on purpose, add resume_allow_changes=[{keys}]; "
-            "otherwise use another `name=`/`out_dir=`, or `resume=false` after removing the folder."
-        )
-    return allowed
-
-
-def _change_allowed(key: str, allowed: list[str]) -> bool:
-    """`optim.lr` allows that key; a section (`optim`) allows every key under it."""
-    return any(key == a or key.startswith(a + ".") for a in allowed)
-
-
-def check_masking_scheme(path: Path, trainer_state: dict) -> None:
-    """Refuse to resume from a checkpoint whose masks were drawn by another recipe: the continued run would
-    be neither the one it started as nor a fresh one. Checkpoints written before the scheme was recorded
-    drew with scheme 1 (one generator per step over the global batch)."""
-    saved = trainer_state.get("masking_scheme", 1)
-    if saved != MASKING_SCHEME:
-        raise ConfigError(
-            f"{path}: its run drew masks with masking scheme {saved}, this version draws scheme {MASKING_SCHEME} "
-            f"(masks of rows drawn per row), so a resume would not continue the same run: finish it with the "
-            f"revision that started it (git_revision {trainer_state.get('git_revision', '?')}) or start a new run (another name=)"
-        )
-
-
-def resolve_run_precision(cfg: TrainConfig, device: torch.device) -> dict:
-    """The run's concrete dtype, decided once: a resume with dtype=auto keeps what the run chose."""
-    saved = read_saved_config(cfg.run_dir) if cfg.resume else None
-    saved_dtype = (saved or {}).get("dtype")
-    if cfg.dtype == "auto" and saved_dtype in ("fp32", "bf16"):
-        info_file = RunDir(cfg.run_dir).run_info
-        before = read_json(info_file, "a run's run_info.json", CheckpointError).get("precision", {}) if info_file.exists() else {}
-        return {
-            "requested": "auto",
-            "resolved": saved_dtype,
-            "bf16_speedup": before.get("bf16_speedup"),
-            "reason": f"resume: kept dtype {saved_dtype} of {RunDir(cfg.run_dir).config}",
-        }
-    return resolve_precision(cfg.dtype, device)
 
 
 def slice_batch(batch: dict, start: int, stop: int) -> dict:
@@ -730,17 +664,12 @@ def validation_plan(cfg: TrainConfig, data: CorpusData) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """torchrun entry point (`crossbert train` is the same for one process)."""
+    """torchrun entry point (`crossbert train` is the same for one process); `-h` prints this module's usage."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return
-    debug = debug_requested(argv)
-    argv = [a for a in argv if a != "--debug"]
-    path, overrides = (argv[0], argv[1:]) if "=" not in argv[0] else (None, argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    with exit_on_user_error("crossbert_model.train", debug):
-        train(load_config(TrainConfig, path, overrides))
+    config_main("crossbert_model.train", TrainConfig, train, argv)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConf
     not match is refused. Without one (FLOP planning before any data is prepared) the vocabulary is
     `data.vocab_size`, the size a trained WordPiece is asked for; ids keep their defaults, which do not
     change the shape."""
-    from .data import check_tokenizer_matches, special_token_config
+    from .data.tokenizer import check_tokenizer_matches, special_token_config
     from .objectives import config_from_preset
 
     shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}

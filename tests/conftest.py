@@ -22,7 +22,8 @@ os.environ.update(
 
 import pytest  # noqa: E402
 
-from crossbert_model.data import DataArgs, prepare_data  # noqa: E402
+from crossbert_model.data.sequences import prepare_data  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.utils import data_root, quiet_transformers  # noqa: E402
 
 quiet_transformers()
@@ -63,7 +64,7 @@ def minilm_hub_cache(tmp_path_factory) -> HubCache:
     """A Hugging Face hub cache holding the packaged MiniLM as sentence-transformers/all-MiniLM-L6-v2, in the hub's
     own layout (seed_hub_cache), built once for the run: read it, never write to it."""
     from crossbert_eval.zoo import seed_hub_cache
-    from crossbert_model.data import minilm_path
+    from crossbert_model.data.tokenizer import minilm_path
 
     cache = HubCache(tmp_path_factory.mktemp("minilm-hub-cache"), "sentence-transformers/all-MiniLM-L6-v2",
                      "8b3219a92973c328a8e22fadcfa821b5dc75636a")  # any 40-hex commit id: the cache is keyed by it

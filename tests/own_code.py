@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from crossbert_model.data import minilm_path
+from crossbert_model.data.tokenizer import minilm_path
 
 # Loadable classes (MiniLM's weights fit them), and a file written the moment the module is imported.
 OWN_CODE = """import pathlib

@@ -24,7 +24,7 @@ import pytest
 
 from crossbert_eval.cli import build_parser, main
 from crossbert_model.claims import FOLDER_OWNER, exclusive_folder
-from crossbert_model.data import load_tokenizer, minilm_path
+from crossbert_model.data.tokenizer import load_tokenizer, minilm_path
 from crossbert_model.errors import TERMINATE_EXIT, USER_ERROR_EXIT
 from own_code import folder_with_own_code
 
@@ -127,7 +127,7 @@ def _truncated_model(tmp_path: Path) -> Path:
 def _nano_model(tmp_path: Path, **config) -> str:
     """One of our (untrained) nano checkpoints with MiniLM's vocabulary: loads and encodes in a second."""
     import crossbert_model as cm
-    from crossbert_model.data import special_token_config
+    from crossbert_model.data.tokenizer import special_token_config
 
     folder = tmp_path / "nano"
     tokenizer = load_tokenizer("minilm")

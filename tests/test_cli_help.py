@@ -211,18 +211,20 @@ def test_the_cli_installs_the_progress_bar_safe_handler():
 def test_building_the_token_cache_says_once_what_where_and_how_big(tmp_path, caplog):
     # catches: a first short run that silently tokenizes the whole corpus (minutes on the 40.6M-word one) with no
     # word that this is a one-time cache, how big the corpus is, where it goes; or a cache rebuilt on the next run
-    from crossbert_model.data import DataArgs, load_tokenizer, tokenize_corpus
+    from crossbert_model.data.token_cache import tokenize_corpus
+    from crossbert_model.data.tokenizer import load_tokenizer
+    from crossbert_model.data_args import DataArgs
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(f"document {i} has a few words of text" for i in range(30)) + "\n")
     args = DataArgs(corpus=str(corpus), tokenizer="minilm", cache_dir=str(tmp_path / "cache"), num_workers=1)
     tokenizer = load_tokenizer("minilm")
-    with caplog.at_level(logging.INFO, logger="crossbert_model.data"):
+    with caplog.at_level(logging.INFO, logger="crossbert_model.data.token_cache"):
         out = tokenize_corpus(args, tokenizer)
     (line,) = [r.getMessage() for r in caplog.records if "building the token cache" in r.getMessage()]
     assert f"of {corpus} (1 file, 0.0 MB on disk, the whole corpus)" in line
     assert f"once: every later run with this corpus, tokenizer and split reuses {out}" in line and "data.max_documents=N" in line
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="crossbert_model.data"):
+    with caplog.at_level(logging.INFO, logger="crossbert_model.data.token_cache"):
         assert tokenize_corpus(args, tokenizer) == out
     assert not [r for r in caplog.records if "building the token cache" in r.getMessage()]

@@ -10,8 +10,12 @@ import re
 import numpy as np
 import pytest
 
-from crossbert_model import data as D
-from crossbert_model.data import DataArgs, DataError, ShardedTokens, load_tokens, tokenize_corpus
+from crossbert_model.data import corpus as C
+from crossbert_model.data import token_cache as T
+from crossbert_model.data.errors import DataError
+from crossbert_model.data.sequences import load_tokens
+from crossbert_model.data.token_cache import ShardedTokens, tokenize_corpus
+from crossbert_model.data_args import DataArgs
 
 BLOCK = dict(block_bytes=16_384, shard_blocks=3)  # ~40 blocks, ~14 shards of the fixture
 
@@ -19,7 +23,7 @@ BLOCK = dict(block_bytes=16_384, shard_blocks=3)  # ~40 blocks, ~14 shards of th
 @pytest.fixture(scope="module")
 def texts(real_data_root):
     """40 real Wikipedia articles (a few shortened), plus the cases the parsers skip or must keep."""
-    docs = list(itertools.islice(D.iter_documents(str(real_data_root / "wikipedia_en_2015")), 40))
+    docs = list(itertools.islice(C.iter_documents(str(real_data_root / "wikipedia_en_2015")), 40))
     docs[3], docs[7] = docs[3][:40], "caf\u00e9 \u2014 na\u00efve \u4e2d\u6587 text"
     return docs
 
@@ -53,11 +57,11 @@ def args_for(corpus, tmp_path, name, **kw):
 
 
 def reference_streams(args, tokenizer) -> dict[str, np.ndarray]:
-    """The definition: documents in corpus order, each followed by [SEP], split by `_is_validation`."""
-    backend = D._raw_backend(tokenizer.backend_tokenizer.to_str())
+    """The definition: documents in corpus order, each followed by [SEP], split by `is_validation`."""
+    backend = T._raw_backend(tokenizer.backend_tokenizer.to_str())
     streams = {"train": [], "val": []}
-    for i, doc in enumerate(D.documents(args)):
-        split = "val" if D._is_validation(i, args.val_fraction, args.split_seed) else "train"
+    for i, doc in enumerate(C.documents(args)):
+        split = "val" if C.is_validation(i, args.val_fraction, args.split_seed) else "train"
         streams[split] += backend.encode(doc, add_special_tokens=False).ids + [tokenizer.sep_token_id]
     return {k: np.asarray(v) for k, v in streams.items()}
 
@@ -85,7 +89,7 @@ def test_parallel_tokenization_writes_the_stream_of_one_process(fmt, texts, corp
         data, got = streams_of(token_dir, tok)
         assert_streams_equal(got, expected)
         assert data.meta["num_shards"] > 5 and data.meta["documents"]["val"] > 0
-        assert sum(data.meta["documents"].values()) == len(list(D.documents(args_for(path, tmp_path, "x"))))
+        assert sum(data.meta["documents"].values()) == len(list(C.documents(args_for(path, tmp_path, "x"))))
         # Every packed sequence, those that straddle shard files included, is the window of the stream.
         window = 62
         rows = data.train.get(np.arange(len(data.train))).numpy()
@@ -104,7 +108,7 @@ def test_max_documents_reads_just_enough(texts, corpus, tmp_path):
 def test_a_killed_tokenization_resumes_with_the_finished_shards(texts, corpus, tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "corpus.jsonl", texts)
     args = args_for(path, tmp_path, "cache", num_workers=1)
-    encode, calls = D._BlockEncoder.__call__, []
+    encode, calls = T._BlockEncoder.__call__, []
 
     def killed_at_block_20(self, block):
         calls.append(block.index)
@@ -112,7 +116,7 @@ def test_a_killed_tokenization_resumes_with_the_finished_shards(texts, corpus, t
             raise KeyboardInterrupt  # as Ctrl-C or a kill lands mid-run
         return encode(self, block)
 
-    monkeypatch.setattr(D._BlockEncoder, "__call__", killed_at_block_20)
+    monkeypatch.setattr(T._BlockEncoder, "__call__", killed_at_block_20)
     with pytest.raises(KeyboardInterrupt):
         tokenize_corpus(args, corpus.tokenizer, **BLOCK)
     token_dir = next((tmp_path / "cache" / "tokens").iterdir())
@@ -122,7 +126,7 @@ def test_a_killed_tokenization_resumes_with_the_finished_shards(texts, corpus, t
     (token_dir / ".shard-00006.train.bin.abc123.tmp").write_bytes(b"half")  # what a SIGKILL leaves
 
     calls.clear()
-    monkeypatch.setattr(D._BlockEncoder, "__call__", lambda self, block: calls.append(block.index) or encode(self, block))
+    monkeypatch.setattr(T._BlockEncoder, "__call__", lambda self, block: calls.append(block.index) or encode(self, block))
     mtimes = {name: (token_dir / name).stat().st_mtime_ns for name in finished}
     tokenize_corpus(args, corpus.tokenizer, **BLOCK)
     assert min(calls) == 18  # blocks 0..17 (shards 0..5) were not encoded again
@@ -141,7 +145,7 @@ def test_a_killed_tokenization_resumes_with_the_finished_shards(texts, corpus, t
 
 
 def test_a_hub_stream_is_read_here_and_encoded_by_the_workers(texts, corpus, tmp_path, monkeypatch, no_network):
-    monkeypatch.setattr(D, "_iter_hub_documents", lambda dataset_id, text_field: iter(texts))
+    monkeypatch.setattr(C, "_iter_hub_documents", lambda dataset_id, text_field: iter(texts))
     args = args_for("hf:someone/wiki", tmp_path, "ref")
     expected = reference_streams(args, corpus.tokenizer)
     for workers in (1, 2):
@@ -176,7 +180,7 @@ def test_a_bad_byte_in_a_worker_block_is_named_as_the_serial_reader_names_it(tex
     path.write_bytes(path.read_bytes() + b'{"text": "bad \xff byte"}\n' + path.read_bytes())
     args = args_for(path, tmp_path, "cache", num_workers=2)
     with pytest.raises(DataError) as serial:
-        list(D.documents(args))
+        list(C.documents(args))
     assert re.match(rf"{re.escape(str(path))}:\d+: not valid UTF-8 at byte \d+ ", str(serial.value))
     with pytest.raises(DataError, match=re.escape(str(serial.value))):
         tokenize_corpus(args, corpus.tokenizer, **BLOCK)
@@ -188,7 +192,7 @@ def _die(block):
 
 def test_a_worker_that_dies_is_an_error_that_says_so(texts, corpus, tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "corpus.jsonl", texts)
-    monkeypatch.setattr(D, "_encode_in_worker", _die)
+    monkeypatch.setattr(T, "_encode_in_worker", _die)
     with pytest.raises(DataError, match=r"a tokenization worker process died .* run again to resume"):
         tokenize_corpus(args_for(path, tmp_path, "cache", num_workers=2), corpus.tokenizer, **BLOCK)
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from crossbert_eval.encoders import EncoderError, FrozenEncoder, read_sentence_transformers_layout, resolve_model
+from crossbert_eval.layer_spec import LayerSpec
 from crossbert_model.checkpoint import CheckpointError
-from crossbert_model.data import minilm_path
+from crossbert_model.data.tokenizer import minilm_path
 
 TEXTS = ["A man is playing a guitar.", "The cat sat on the mat, quite still.", "Stocks fell sharply on Monday."]
 
@@ -38,7 +39,7 @@ def linked_copy(src, dst, skip=()):
 
 
 def features(encoder):
-    return encoder.encode(TEXTS, layers=encoder.layer_indices("all"), poolings=["mean", "cls", "max"])
+    return encoder.encode(TEXTS, layers=encoder.layer_indices(LayerSpec.ALL), poolings=["mean", "cls", "max"])
 
 
 # ------------------------------------------------------------------------------------------------

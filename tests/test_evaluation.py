@@ -6,22 +6,29 @@ from pathlib import Path
 import pytest
 
 from crossbert_eval import evaluation as E
+from crossbert_eval.geometry_runner import GeometrySettings
+from crossbert_eval.layer_spec import LayerSpec
+from crossbert_eval.mteb_runner import MtebSettings
+from crossbert_eval.probe_runner import ProbeSettings
 from crossbert_eval.tasks import TaskDataMissing
 from crossbert_model.readers import read_jsonl
 
 
 class FakeEncoder:
+    num_layers = 2
+
     def layer_indices(self, spec):
-        return [0, 2] if spec == "all" else [2]
+        return spec.indices(self.num_layers)
 
 
-def _plan(tmp_path: Path, **changes) -> E.EvaluationPlan:
-    fields = dict(
-        who="zoo z", results_dir=str(tmp_path / "results"), features_dir=str(tmp_path / "features"), mteb_dir=tmp_path / "mteb",
-        data_root=None, probe_tasks=["SST-2"], probes=["linear"], feature_transforms=["raw"], max_probe_train=50, layers="last",
-        poolings=None, geometry_tasks=["STS-B"], mteb_tasks=["STSBenchmark"], mteb_layers="all", mteb_pooling="cls", batch_size=8,
+def _plan(tmp_path: Path, who: str = "zoo z", probe_tasks=("SST-2",), mteb_tasks=("STSBenchmark",)) -> E.EvaluationPlan:
+    stores = {"results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "features"), "data_root": None}
+    return E.EvaluationPlan(
+        who=who,
+        probe=ProbeSettings(tasks=list(probe_tasks), probes=["linear"], layers=LayerSpec.LAST, max_train=50, **stores),
+        geometry=GeometrySettings(tasks=["STS-B"], layers=LayerSpec.LAST, **stores),
+        mteb=MtebSettings(tasks=list(mteb_tasks), layers=LayerSpec.ALL, pooling="cls", out_dir=str(tmp_path / "mteb"), **stores),
     )  # fmt: skip
-    return E.EvaluationPlan(**{**fields, **changes})
 
 
 @pytest.fixture
@@ -40,24 +47,23 @@ def runners(monkeypatch):
 
     monkeypatch.setattr(probe_runner, "ProbeRunner", Runner)
     monkeypatch.setattr(geometry_runner, "GeometryRunner", Runner)
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda encoder, **kw: calls.append(("mteb", kw["layers"], kw)))
+    monkeypatch.setattr(mteb_runner, "run_mteb", lambda encoder, settings, **kw: calls.append(("mteb", settings.tasks, settings)))
     return calls, missing
 
 
 def test_probes_then_geometry_then_mteb_on_every_layer_in_one_run_each_timed(tmp_path, runners):
+    # catches: a stage run out of order, a runner handed copies of the plan's settings under other names (each stage's
+    # settings object is built once, by the sweep or zoo, and reaches its runner whole), mteb run once per layer
     calls, _ = runners
     timed = []
     timer = lambda stage, **extra: E.timed_stage(tmp_path / "timings.jsonl", stage, "m", step=3, **extra)  # noqa: E731
-    E.evaluate_encoder(FakeEncoder(), _plan(tmp_path), lambda stage, **extra: timed.append(stage) or timer(stage, **extra))
-    assert [c[0] for c in calls] == ["ProbeSettings", "GeometrySettings", "mteb"]
-    probe, geometry = calls[0][2], calls[1][2]
-    assert (probe.tasks, probe.probes, probe.layers, probe.max_train, probe.cache_dir) == (["SST-2"], ["linear"], "last", 50,
-                                                                                           str(tmp_path / "features"))  # fmt: skip
-    assert (geometry.tasks, geometry.layers, geometry.results_dir) == (["STS-B"], "last", str(tmp_path / "results"))
+    plan = _plan(tmp_path)
+    E.evaluate_encoder(FakeEncoder(), plan, lambda stage, **extra: timed.append(stage) or timer(stage, **extra))
+    assert [c[:2] for c in calls] == [("ProbeSettings", ["SST-2"]), ("GeometrySettings", ["STS-B"]), ("mteb", ["STSBenchmark"])]
+    assert calls[0][2] is plan.probe and calls[1][2] is plan.geometry and calls[2][2] is plan.mteb
     # mteb: one run for every layer (the texts encoded once for all of them: tests/test_mteb_layers.py)
-    assert [(c[1], c[2]["pooling"]) for c in calls[2:]] == [("all", "cls")]
     rows = read_jsonl(tmp_path / "timings.jsonl")
-    assert [(r["stage"], r["run"], r.get("layers")) for r in rows] == [("probe", "m", None), ("geometry", "m", None), ("mteb", "m", [0, 2])]
+    assert [(r["stage"], r["run"], r.get("layers")) for r in rows] == [("probe", "m", None), ("geometry", "m", None), ("mteb", "m", [0, 1, 2])]
     assert all(r["step"] == 3 for r in rows)
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from crossbert_eval.cli import main as cli_main
 from crossbert_eval.encoders import FrozenEncoder
+from crossbert_eval.layer_spec import LayerSpec
 from crossbert_model.checkpoint import latest_checkpoint, read_trainer_state
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.objectives import parameter_counts, training_flops_per_token
@@ -102,7 +103,7 @@ def run_without_package(folders: list[Path], tmp_path: Path) -> dict:
 def probe_features(folder: Path) -> dict[int, np.ndarray]:
     """What `crossbert probe` computes: FrozenEncoder (this package), mean pooling, every layer."""
     encoder = FrozenEncoder.load(str(folder))
-    layers = encoder.layer_indices("all")
+    layers = encoder.layer_indices(LayerSpec.ALL)
     features = encoder.encode(TEXTS, layers=layers, poolings=["mean"])
     return {layer: features[(layer, "mean")] for layer in layers}
 
@@ -174,7 +175,7 @@ def probed(runs, tmp_path_factory):
     from crossbert_eval.probe_runner import ProbeSettings, probe_model
 
     root = tmp_path_factory.mktemp("probed")
-    settings = ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers="all", results_dir=str(root / "results"),
+    settings = ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers=LayerSpec.ALL, results_dir=str(root / "results"),
                              cache_dir=str(root / "features"))  # fmt: skip
     probe_model(str(runs["crossbert"]), settings)
     return root / "results"

@@ -189,7 +189,7 @@ CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "voc
 @pytest.fixture(scope="module")
 def nano_folder(tmp_path_factory):
     import crossbert_model as cm
-    from crossbert_model.data import load_tokenizer, special_token_config
+    from crossbert_model.data.tokenizer import load_tokenizer, special_token_config
 
     folder = tmp_path_factory.mktemp("nano")
     tokenizer = load_tokenizer("minilm")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from crossbert_eval import geometry as G
+from crossbert_eval.layer_spec import LayerSpec
 
 
 def isotropic(n=20000, d=32, seed=0):
@@ -170,9 +171,9 @@ def test_geometry_of_a_pair_task_reads_the_cosine_probes_features(tmp_path):
 
     encoder = FrozenEncoder.load("minilm", dtype="fp32")
     dirs = {"results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "features")}
-    probe = ProbeRunner(encoder, ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers="last", **dirs))  # 100 pairs
+    probe = ProbeRunner(encoder, ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers=LayerSpec.LAST, **dirs))  # 100 pairs
     probe.run([get_task("BIOSSES")])
-    runner = GeometryRunner(encoder, GeometrySettings(tasks=["BIOSSES"], layers="last", **dirs))
+    runner = GeometryRunner(encoder, GeometrySettings(tasks=["BIOSSES"], layers=LayerSpec.LAST, **dirs))
     df = runner.run([get_task("BIOSSES")])
     assert runner.cache.misses == 0 and runner.cache.hits == 2  # both sides from the probe's cache
     assert len(df) == len(G.METRICS) and (df["n_eval"] == 2 * 100).all()
@@ -183,5 +184,5 @@ def test_geometry_options_are_checked_before_a_model_loads():
     from crossbert_eval.geometry_runner import GeometrySettings
     from crossbert_model.errors import CrossbertError
 
-    with pytest.raises(CrossbertError, match="--pooling: expected one or more of mean, cls, max"):
+    with pytest.raises(CrossbertError, match="^geometry setting 'poolings': expected one or more of mean, cls, max"):
         GeometrySettings(tasks=["TREC"], poolings=["avg"])

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from crossbert_eval.mteb_encoder import make_mteb_encoder
-from crossbert_eval.mteb_runner import run_mteb
+from crossbert_eval.layer_spec import LayerSpec
+from crossbert_eval.mteb_runner import MtebSettings, run_mteb
 from crossbert_eval.report.text_tables import mteb_text_table
 from crossbert_eval.mteb_tasks import MtebError, local_mteb_task
 from crossbert_eval.report.text_tables import published_score
@@ -14,7 +15,7 @@ from crossbert_eval.tasks import TaskDataMissing, get_task
 
 
 def test_minilm_sts13_through_mteb_matches_published_score_offline(tmp_path, no_network):
-    rows, run = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None))
     table = mteb_text_table(rows, run.plan, run.wall_s)
     main = [r for r in rows if r["is_main"]]
     assert main[0]["metric"] == "cosine_spearman" and main[0]["value"] == pytest.approx(0.80603, abs=0.003)
@@ -91,8 +92,8 @@ def test_local_tasks_are_mteb_classes_with_mteb_metadata(real_data_root):
 def test_two_checkpoints_never_share_result_paths(nano_checkpoint, tmp_path):
     a, b = nano_checkpoint(0), nano_checkpoint(1)
     out = tmp_path / "mteb"
-    rows_a, _ = run_mteb(str(a), tasks=["STS16"], benchmark=None, out_dir=out, feature_cache=None)
-    rows_b, _ = run_mteb(str(b), tasks=["STS16"], benchmark=None, out_dir=out, feature_cache=None)
+    rows_a, _ = run_mteb(str(a), MtebSettings(tasks=["STS16"], out_dir=out, cache_dir=None))
+    rows_b, _ = run_mteb(str(b), MtebSettings(tasks=["STS16"], out_dir=out, cache_dir=None))
     files = sorted(out.glob("results/*/*/STS16.json"))
     assert len(files) == 2 and files[0].parent != files[1].parent
     va = [r["value"] for r in rows_a if r["is_main"]]
@@ -102,9 +103,9 @@ def test_two_checkpoints_never_share_result_paths(nano_checkpoint, tmp_path):
 
 def test_unknown_and_hub_only_tasks_fail_fast_and_write_nothing(tmp_path, no_network):
     with pytest.raises(MtebError, match="mteb has no task named 'STS99'"):
-        run_mteb("minilm", tasks=["STS99"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+        run_mteb("minilm", MtebSettings(tasks=["STS99"], out_dir=tmp_path, cache_dir=None))
     with pytest.raises(TaskDataMissing, match="SciDocsRR is an mteb task without local data.*CROSSBERT_ONLINE=1"):
-        run_mteb("minilm", tasks=["SciDocsRR"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+        run_mteb("minilm", MtebSettings(tasks=["SciDocsRR"], out_dir=tmp_path, cache_dir=None))
     assert not list(tmp_path.glob("results/**/*.json"))
 
 
@@ -115,7 +116,7 @@ def test_missing_data_files_stop_before_any_evaluation(tmp_path, monkeypatch, re
     (tasks_dir / "STS13.yaml").write_text(spec)
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tasks_dir))
     with pytest.raises(TaskDataMissing, match=r"task STS13 .*looked for .*sts_semeval/2099/FNWN.test.tsv"):
-        run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None)
+        run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path / "out", cache_dir=None))
     assert not list((tmp_path / "out").glob("results/**/*.json"))
 
 
@@ -142,7 +143,7 @@ EXACT_TASKS = ["STSBenchmark", "SICK-R", "STS12", "STS13", "STS14", "STS15", "ST
 
 @pytest.mark.slow
 def test_minilm_reproduces_its_published_scores_on_every_exact_local_task(tmp_path, no_network):
-    rows, _ = run_mteb("minilm", tasks=EXACT_TASKS, benchmark=None, out_dir=tmp_path, feature_cache=None)
+    rows, _ = run_mteb("minilm", MtebSettings(tasks=EXACT_TASKS, out_dir=tmp_path, cache_dir=None))
     model = "sentence-transformers/all-MiniLM-L6-v2"
     for task in EXACT_TASKS:
         for split in get_task(task).mteb.eval_splits:
@@ -158,7 +159,7 @@ def test_minilm_reproduces_its_published_scores_on_every_exact_local_task(tmp_pa
 def test_minilm_reproduces_its_published_sts17_en_en_score_exactly(tmp_path, no_network):
     """STS17 en-en (250 pairs) is MTEB's data: the published score to its 6th digit, at the model's own
     max length (sentence-transformers' 256), recorded in the rows."""
-    rows, run = run_mteb("minilm", tasks=["STS17"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", MtebSettings(tasks=["STS17"], out_dir=tmp_path, cache_dir=None))
     table = mteb_text_table(rows, run.plan, run.wall_s)
     (main,) = [r for r in rows if r["is_main"]]
     assert main["hf_subset"] == "en-en" and main["max_length"] == 256 and main["protocol"]["data"] == "mteb"
@@ -224,8 +225,8 @@ def toy_variant_tasks(tmp_path, monkeypatch):
 
 
 def test_marked_variants_run_under_mteb_classes_with_their_own_name_in_every_row(toy_variant_tasks, tmp_path, no_network):
-    rows, run = run_mteb("minilm", tasks=["ToyTwitter-lowercased", "ToySciFact"], benchmark=None, out_dir=tmp_path / "out",
-                           feature_cache=None, data_root=toy_variant_tasks)  # fmt: skip
+    rows, run = run_mteb("minilm", MtebSettings(tasks=["ToyTwitter-lowercased", "ToySciFact"], out_dir=tmp_path / "out",
+                           cache_dir=None, data_root=toy_variant_tasks))  # fmt: skip
     table = mteb_text_table(rows, run.plan, run.wall_s)
     assert {r["task"] for r in rows} == {"ToyTwitter-lowercased", "ToySciFact"}
     assert all(r["protocol"]["data"] == "variant" and r["protocol"]["variant_of"] in ("TwitterURLCorpus", "SciFact") for r in rows)
@@ -260,12 +261,12 @@ def test_benchmark_plan_runs_what_task_files_stand_for_and_says_where_the_rest_w
 
 def test_an_unknown_benchmark_names_ours_and_mtebs(tmp_path):
     with pytest.raises(MtebError, match=r"unknown benchmark 'MTEB\(eng, v9\)': neither ours \(local-eng\) nor mteb's \(English ones: .*MTEB\(eng, v2\)"):
-        run_mteb("minilm", tasks=[], benchmark="MTEB(eng, v9)", out_dir=tmp_path, feature_cache=None)
+        run_mteb("minilm", MtebSettings(tasks=[], benchmark="MTEB(eng, v9)", out_dir=tmp_path, cache_dir=None))
 
 
 def test_an_mteb_name_with_only_a_local_variant_says_so(tmp_path, no_network):
     with pytest.raises(TaskDataMissing, match=r"TwitterURLCorpus .*the local variant TwitterURLCorpus-lowercasedtrain stands for it"):
-        run_mteb("minilm", tasks=["TwitterURLCorpus"], benchmark=None, out_dir=tmp_path, feature_cache=None)
+        run_mteb("minilm", MtebSettings(tasks=["TwitterURLCorpus"], out_dir=tmp_path, cache_dir=None))
 
 
 def test_mteb_max_length_is_the_models_own_and_keys_the_feature_cache():
@@ -330,7 +331,7 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     import mteb
 
     out = tmp_path / "mteb"
-    rows, _ = run_mteb(str(run_checkpoint), tasks=["STS17", "BIOSSES"], benchmark=None, out_dir=out, feature_cache=None)
+    rows, _ = run_mteb(str(run_checkpoint), MtebSettings(tasks=["STS17", "BIOSSES"], out_dir=out, cache_dir=None))
     fingerprint = rows[0]["model_fingerprint"]
     (model,) = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False).model_results
     assert (model.model_name, model.model_revision, model.experiment_name) == ("crossbert/tiny", fingerprint, None)
@@ -346,7 +347,7 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     assert revisions["STS17"] == mteb.get_task("STS17").metadata.revision
     assert revisions["BIOSSES"].startswith("local-") and revisions["BIOSSES"] != mteb.get_task("BIOSSES").metadata.revision
     assert {r["task"]: r["protocol"]["dataset_revision"] for r in rows} == revisions  # our rows say the same
-    run_mteb(str(run_checkpoint), tasks=["STS17"], benchmark=None, layers=1, out_dir=out, feature_cache=None)
+    run_mteb(str(run_checkpoint), MtebSettings(tasks=["STS17"], layers=LayerSpec.of(1), out_dir=out, cache_dir=None))
     both = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False, load_experiments="match_name")
     assert sorted((m.model_revision, m.experiment_name or "") for m in both.model_results) == [(fingerprint, ""), (fingerprint, "layer_1")]
 
@@ -357,7 +358,7 @@ def test_a_model_declaring_prompts_gets_them_when_mteb_asks_with_a_prompt_type(t
     import numpy as np
     from mteb.types import PromptType
 
-    from crossbert_model.data import minilm_path
+    from crossbert_model.data.tokenizer import minilm_path
 
     folder = tmp_path / "e5-like"
     folder.mkdir()
@@ -380,8 +381,8 @@ def test_a_model_declaring_prompts_gets_them_when_mteb_asks_with_a_prompt_type(t
                              hf_subset="default", prompt_type=prompt_type)  # fmt: skip
         assert np.allclose(got, features([prefix + "aspirin prevents heart attacks"]), atol=1e-5)
         assert not np.allclose(got, features(["aspirin prevents heart attacks"]), atol=1e-3)
-    rows, _ = run_mteb(str(folder), tasks=["ToySciFact"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None,
-                       data_root=toy_variant_tasks)  # fmt: skip
+    rows, _ = run_mteb(str(folder), MtebSettings(tasks=["ToySciFact"], out_dir=tmp_path / "out", cache_dir=None,
+                       data_root=toy_variant_tasks))  # fmt: skip
     assert all(r["protocol"]["prompts"] == prompts for r in rows)  # mteb asked with both prompt types
 
 
@@ -418,25 +419,25 @@ def test_the_private_calculate_scores_override_still_takes_effect(nano_checkpoin
     seen = []
     real = mteb_tasks.column_array
     monkeypatch.setattr(mteb_tasks, "column_array", lambda values: seen.append(type(values).__name__) or real(values))
-    rows, _ = run_mteb(str(nano_checkpoint(0)), tasks=["ToyBanking"], benchmark=None, out_dir=tmp_path / "out", feature_cache=None,
-                       data_root=data)  # fmt: skip
+    rows, _ = run_mteb(str(nano_checkpoint(0)), MtebSettings(tasks=["ToyBanking"], out_dir=tmp_path / "out", cache_dir=None,
+                       data_root=data))  # fmt: skip
     assert seen and set(seen) == {"Column"}  # mteb handed the override its lazy label column, every experiment
     assert any(r["metric"] == "accuracy" and r["is_main"] for r in rows)
 
 
 
 def test_a_tampered_cached_result_is_not_trusted_but_evaluated_again_and_every_row_says_where_it_came_from(tmp_path, no_network):
-    first, _ = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "a"))
+    first, _ = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "a")))
     measured = next(r["value"] for r in first if r["is_main"])
     assert {r["result_source"] for r in first} == {"computed"}
-    again, _ = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "b"))
+    again, _ = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "b")))
     assert {r["result_source"] for r in again} == {"mteb result cache (verified)"}  # untouched: read back, and said so
     (path,) = (tmp_path / "results").glob("*/*/STS13.json")
     tampered = json.loads(path.read_text())
     for subset in tampered["scores"]["test"]:
         subset["main_score"] = subset["cosine_spearman"] = 0.999
     path.write_text(json.dumps(tampered))
-    rows, run = run_mteb("minilm", tasks=["STS13"], benchmark=None, out_dir=tmp_path, feature_cache=None, results_dir=str(tmp_path / "c"))
+    rows, run = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "c")))
     table = mteb_text_table(rows, run.plan, run.wall_s)
     main = next(r for r in rows if r["is_main"])
     assert main["value"] == pytest.approx(measured) and main["result_source"] == "computed"  # measured again, not 0.999

@@ -13,7 +13,8 @@ import pytest
 from crossbert_eval import cli
 from crossbert_eval.cli import main
 from crossbert_eval.encoders import FeatureCache, FrozenEncoder
-from crossbert_eval.mteb_runner import nothing_left_on_refusal, run_mteb
+from crossbert_eval.layer_spec import LayerSpec
+from crossbert_eval.mteb_runner import MtebSettings, nothing_left_on_refusal, run_mteb
 from crossbert_eval.report.text_tables import mteb_text_table
 from crossbert_model.errors import USER_ERROR_EXIT
 
@@ -28,22 +29,23 @@ def asked(monkeypatch):
     from crossbert_eval import mteb_runner
 
     calls = []
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, **kw: calls.append(kw) or ([], mteb_runner.MtebRun(None, 0.0)))
+    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, settings, **kw: calls.append(settings) or ([], mteb_runner.MtebRun(None, 0.0)))
     return calls
 
 
 @pytest.mark.parametrize("argv, parsed", [
-    ([], "last"), (["--layers", "all"], "all"), (["--layers", "last"], "last"), (["--layers", "3"], [3]),
-    (["--layers", "0,3,6"], [0, 3, 6]), (["--layers", "-1"], [-1]), (["--layer", "2"], [2]), (["--layer", "all"], "all"),
+    ([], LayerSpec.LAST), (["--layers", "all"], LayerSpec.ALL), (["--layers", "last"], LayerSpec.LAST), (["--layers", "3"], LayerSpec.of(3)),
+    (["--layers", "0,3,6"], LayerSpec.of(0, 3, 6)), (["--layers", "-1"], LayerSpec.of(-1)), (["--layer", "2"], LayerSpec.of(2)),
+    (["--layer", "all"], LayerSpec.ALL),
 ])  # fmt: skip
 def test_the_layer_spec_is_parsed_once_at_the_command_line(argv, parsed, asked, tmp_path, capsys):
     main(["mteb", "minilm", "--tasks", "STSBenchmark", "--out", str(tmp_path / "m"), *argv])
-    assert [kw["layers"] for kw in asked] == [parsed]  # parsed: run_mteb gets the spec, not the user's string
+    assert [settings.layers for settings in asked] == [parsed]  # parsed: run_mteb gets the spec, not the user's string
 
 
 def test_the_deprecated_layer_option_still_works_and_says_so(asked, tmp_path, caplog):
     main(["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "0,6", "--out", str(tmp_path / "m")])
-    assert asked[0]["layers"] == [0, 6]
+    assert asked[0].layers == LayerSpec.of(0, 6)
     assert "--layer is deprecated and goes in the next release: use --layers 0,6" in caplog.text
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["mteb"].format_help()
     assert "deprecated alias of --layers" in help_text and "all | last | N | N,M,..." in help_text
@@ -127,12 +129,12 @@ def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_lay
     encoder = FrozenEncoder.load(str(nano_checkpoint(0)), own_length=True)
     batches = counted(encoder)
     cache = str(tmp_path / "features") if with_feature_cache else None
-    one, _ = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="last", out_dir=tmp_path / "one", feature_cache=None,
-                      data_root=toy_sts)  # fmt: skip
+    one, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.LAST, out_dir=tmp_path / "one", cache_dir=None,
+                      data_root=toy_sts))  # fmt: skip
     one_layer = list(batches)
     batches.clear()
-    every, run = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="all", out_dir=tmp_path / "all", feature_cache=cache,
-                            data_root=toy_sts)  # fmt: skip
+    every, run = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path / "all", cache_dir=cache,
+                            data_root=toy_sts))  # fmt: skip
     table = mteb_text_table(every, run.plan, run.wall_s)
     assert batches == one_layer and sum(batches) == 2 * len(PAIRS)  # the same forward passes for 3 layers as for 1
     scores = _main_scores(every)
@@ -142,8 +144,8 @@ def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_lay
     assert {r["result_source"] for r in every} == {"computed"}
     for layer in (0, 1):  # each other layer, alone: the same score
         batches.clear()
-        alone, _ = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers=[layer], out_dir=tmp_path / f"L{layer}", feature_cache=None,
-                            data_root=toy_sts)  # fmt: skip
+        alone, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.of(layer), out_dir=tmp_path / f"L{layer}", cache_dir=None,
+                            data_root=toy_sts))  # fmt: skip
         assert _main_scores(alone)[layer] == pytest.approx(scores[layer], abs=1e-12)
     # one table, a line per layer; mteb's result folders: the model's own setting, then an experiment per other layer
     assert [line.split()[4] for line in table.splitlines() if " ToySTS " in line] == ["0", "1", "2"]
@@ -156,9 +158,9 @@ def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_lay
 def test_layers_already_scored_come_from_mtebs_result_cache_and_the_rest_from_one_encoding(nano_checkpoint, toy_sts, tmp_path, no_network):
     encoder = FrozenEncoder.load(str(nano_checkpoint(0)), own_length=True)
     batches = counted(encoder)
-    run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="1", out_dir=tmp_path, feature_cache=None, data_root=toy_sts)
+    run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.of(1), out_dir=tmp_path, cache_dir=None, data_root=toy_sts))
     batches.clear()
-    rows, _ = run_mteb(encoder, tasks=["ToySTS"], benchmark=None, layers="all", out_dir=tmp_path, feature_cache=None, data_root=toy_sts)
+    rows, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path, cache_dir=None, data_root=toy_sts))
     assert sum(batches) == 2 * len(PAIRS)  # layers 0 and 2, still one pass per text set
     assert {r["layer"]: r["result_source"] for r in rows} == {0: "computed", 1: "mteb result cache (verified)", 2: "computed"}
 
@@ -224,14 +226,14 @@ def test_minilm_rows_say_which_layer_is_the_published_setting(tmp_path, no_netwo
     """A real run: STS17 en-en at layers 5 and 6; only layer 6 (its own mean pooling) meets its published score."""
     from crossbert_eval.report.text_tables import published_score
 
-    rows, run = run_mteb("minilm", tasks=["STS17"], benchmark=None, layers="5,6", out_dir=tmp_path, feature_cache=None)
+    rows, run = run_mteb("minilm", MtebSettings(tasks=["STS17"], layers=LayerSpec.of(5, 6), out_dir=tmp_path, cache_dir=None))
     table = mteb_text_table(rows, run.plan, run.wall_s)
     flags = {r["layer"]: r["protocol"]["published_setting"] for r in rows if r["is_main"]}
     assert flags == {5: False, 6: True}
     assert _main_scores(rows)[6] == pytest.approx(published_score("STS17", MINILM, "test"), abs=5e-6)
     line5 = [line for line in table.splitlines() if " STS17 " in line and line.split()[4] == "5"]
     assert line5 and line5[0].split()[6:8] == ["-", "-"]
-    cls, _ = run_mteb("minilm", tasks=["STS17"], benchmark=None, layers="last", pooling="cls", out_dir=tmp_path, feature_cache=None)
+    cls, _ = run_mteb("minilm", MtebSettings(tasks=["STS17"], layers=LayerSpec.LAST, pooling="cls", out_dir=tmp_path, cache_dir=None))
     assert {r["protocol"]["published_setting"] for r in cls} == {False}
 
 

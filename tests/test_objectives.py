@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import crossbert_model as cm
-from crossbert_model.data import DataArgs
+from crossbert_model.data_args import DataArgs
 from crossbert_model.masking import RowRandom, num_targets, target_ids
 from crossbert_model.objectives import (
     config_from_preset,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from crossbert_model.data import PackedSequences, unigram_counts
+from crossbert_model.data.sequences import PackedSequences, unigram_counts
 from crossbert_model.plateau import PLATEAU_MARGIN, off_plateau, plateau_margin, unigram_cross_entropy
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS, protocol_key, protocol_ratios
 

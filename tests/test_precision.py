@@ -11,7 +11,8 @@ from crossbert_model import hardware
 from crossbert_model.args import ConfigError
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.hardware import autocast_dtype, resolve_dtype, resolve_precision
-from crossbert_model.train import TrainConfig, train
+from crossbert_model.train import train
+from crossbert_model.train_config import TrainConfig
 from tiny_configs import tiny_train_config
 
 CPU = torch.device("cpu")

@@ -8,6 +8,7 @@ import pytest
 
 from crossbert_eval import probes as P
 from crossbert_eval.encoders import EncoderError, FeatureCache, FrozenEncoder, pool
+from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.metrics import score
 from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
 from crossbert_eval.results import ResultsStore
@@ -33,7 +34,7 @@ def test_zero_shot_sts13_matches_the_published_mteb_score(minilm, tmp_path):
 
 def test_every_layer_comes_from_one_pass_and_matches_hf(minilm):
     texts = get_task("SST-2").load_split("validation").texts[:40]
-    feats = minilm.encode(texts, layers=minilm.layer_indices("all"), poolings=["mean", "cls", "max"])
+    feats = minilm.encode(texts, layers=minilm.layer_indices(LayerSpec.ALL), poolings=["mean", "cls", "max"])
     assert len({l for l, _ in feats}) == 7  # embeddings + 6 blocks
     import torch
 
@@ -73,13 +74,13 @@ def test_cache_key_changes_with_layer_pooling_and_model(minilm, tmp_path):
 
 def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
     task = get_task("WNLI")
-    first = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6"))
+    first = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6)))
     rows = first.run([task])
     assert first.cache.misses == 4 and len(rows) == 4  # (train, dev) x 2 layers; 2 probes x 2 layers x 1 metric
-    again = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6"))
+    again = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6)))
     assert again.run([task])["value"].tolist() == rows["value"].tolist()
     assert again.cache.misses == 0 and again.cache.hits == 0  # skipped: not even read
-    forced = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers="5,6", force=True))
+    forced = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6), force=True))
     assert forced.run([task])["value"].tolist() == rows["value"].tolist()
     assert forced.cache.misses == 0 and forced.cache.hits > 0  # re-probed from cached features
     stored = [json.loads(line) for line in (tmp_path / "results/results.jsonl").read_text().splitlines()]
@@ -160,7 +161,8 @@ def test_a_folder_that_is_not_an_encoder_is_refused(tmp_path):
 
 def test_our_checkpoint_with_a_foreign_tokenizer_is_refused(tmp_path):
     import crossbert_model as cm
-    from crossbert_model.data import DataError, minilm_path
+    from crossbert_model.data.errors import DataError
+    from crossbert_model.data.tokenizer import minilm_path
 
     cm.pretraining_model_for(cm.config_from_preset("nano", vocab_size=2048)).save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
@@ -332,7 +334,7 @@ def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_
     fit = P.fit_feature_transform
     monkeypatch.setattr(P, "fit_feature_transform", lambda kind, x: fits.append((kind, x)) or fit(kind, x))
     task = get_task("TinySTS")
-    run = settings(tiny_sts, tasks=["TinySTS"], probes=["linear", "knn", "cosine"], layers="last", poolings=["mean"],
+    run = settings(tiny_sts, tasks=["TinySTS"], probes=["linear", "knn", "cosine"], layers=LayerSpec.LAST, poolings=["mean"],
                    feature_transforms=["raw", "centred"])  # fmt: skip
     runner = ProbeRunner(minilm, run)
     df = runner.run([task])
@@ -364,5 +366,5 @@ def test_a_transform_is_part_of_the_unit_key_and_raw_keys_are_unchanged(minilm, 
     keys = {u.transform: u.key for u in runner.plan(get_task("TinySTS"))}
     assert len(set(keys.values())) == 3
     assert transform_key("raw") == {}  # units probed before transforms existed keep their keys: nothing is recomputed
-    with pytest.raises(Exception, match="--feature-transform: expected one or more of raw, centred, whitened"):
+    with pytest.raises(Exception, match="^probe setting 'feature_transforms': expected one or more of raw, centred, whitened"):
         settings(tiny_sts, tasks=["TinySTS"], feature_transforms=["centered"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from crossbert_eval.encoders import FrozenEncoder
+from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.tasks import get_task
 
 # At the default init (std 0.02) attention is near uniform, so an untrained encoder's contextual layers are
@@ -29,7 +30,7 @@ def shifted_pair(real_data_root):
 
 def _gaps(encoder, pair) -> list[float]:
     """Per layer, the largest difference between the mean-pooled features of the two texts (the probes' features)."""
-    features = encoder.encode(list(pair), layers=encoder.layer_indices("all"), poolings=["mean"])
+    features = encoder.encode(list(pair), layers=encoder.layer_indices(LayerSpec.ALL), poolings=["mean"])
     pairs = [features[(layer, "mean")] for layer in range(encoder.num_layers + 1)]
     return [float(np.abs(first - second).max()) for first, second in pairs]
 

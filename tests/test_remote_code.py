@@ -12,7 +12,7 @@ import pytest
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_model import CrossBertModel
 from crossbert_model.checkpoint import pretraining_model_from_pretrained
-from crossbert_model.data import load_tokenizer
+from crossbert_model.data.tokenizer import load_tokenizer
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.remote_code import RemoteCodeError
 from own_code import add_own_code, folder_with_own_code

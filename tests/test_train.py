@@ -18,7 +18,9 @@ from transformers import AutoModel
 
 from crossbert_model.args import ConfigError, load_config
 from crossbert_model.checkpoint import list_checkpoints
-from crossbert_model.data import DataArgs, DataError, prepare_data
+from crossbert_model.data.errors import DataError
+from crossbert_model.data.sequences import prepare_data
+from crossbert_model.data_args import DataArgs
 from crossbert_model.objectives import objective_names
 from crossbert_model.train import TrainingDivergedError, train
 from crossbert_model.train_config import TrainConfig
@@ -194,7 +196,8 @@ def test_activation_checkpointing_is_a_trainer_option_for_both_objectives(corpus
     """`activation_checkpointing: true` reaches every block of either objective's model, and a run may turn it
     on or off when it resumes (the loss and gradients do not change: tests/test_model.py)."""
     from crossbert_model.model import CheckpointableBlock
-    from crossbert_model.train import NON_DEFINING_KEYS, Trainer
+    from crossbert_model.train import Trainer
+    from crossbert_model.train_config import NON_DEFINING_KEYS
 
     for objective in objective_names():
         trainer = Trainer(tiny_config(corpus_args, tmp_path, objective, activation_checkpointing=True, eval_sequences=0))
@@ -286,7 +289,7 @@ def test_tokenizer_that_does_not_match_the_model_is_refused(corpus_args, tmp_pat
     cfg = tiny_config(corpus_args, tmp_path, "mlm")
     run_dir = train(cfg)
     _, path = list_checkpoints(run_dir)[-1]
-    from crossbert_model.data import check_tokenizer_matches, load_tokenizer
+    from crossbert_model.data.tokenizer import check_tokenizer_matches, load_tokenizer
 
     with pytest.raises(DataError, match=r"vocab_size: model 2048, tokenizer 30522"):
         check_tokenizer_matches(AutoModel.from_pretrained(path).config, load_tokenizer("minilm"), str(path))
@@ -350,7 +353,8 @@ def test_a_model_shape_the_config_class_refuses_is_a_config_error(corpus_args, t
 
 
 def test_lr_schedule_warmup_cosine_linear_constant():
-    from crossbert_model.train import OptimArgs, lr_at
+    from crossbert_model.train import lr_at
+    from crossbert_model.train_config import OptimArgs
 
     o = OptimArgs(lr=1e-3, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
     assert lr_at(0, 110, o) == pytest.approx(1e-4)  # warm-up starts at lr / warmup_steps, not 0
@@ -511,7 +515,7 @@ def test_a_deterministic_run_asks_torch_for_deterministic_algorithms(corpus_args
 
 @pytest.mark.parametrize("objective", objective_names())
 def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(corpus_args, tmp_path, objective, monkeypatch):
-    from crossbert_model import data as data_module
+    from crossbert_model.data import tokenizer as tokenizer_module
     from crossbert_model.shared_loss import SHARED_LOSS_R15, SHARED_LOSS_R50, shared_losses_for_checkpoint
 
     cfg = tiny_config(corpus_args, tmp_path, objective, steps=3, eval_every=3, num_threads=1)
@@ -526,7 +530,7 @@ def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(co
     assert recorded[SHARED_LOSS_R50] == evaluated[-1][SHARED_LOSS_R50]
     # an old run is scored the same way from its folder alone (another batch size: same masks, same sums),
     # with the tokenizer it was trained with even after the tokenizer recipe changed
-    monkeypatch.setattr(data_module, "TOKENIZER_RECIPE", "a newer recipe")
+    monkeypatch.setattr(tokenizer_module, "TOKENIZER_RECIPE", "a newer recipe")
     tokenizers = set((Path(corpus_args.cache_dir) / "tokenizers").iterdir())
     scored = shared_losses_for_checkpoint(path, batch_size=5)
     assert set((Path(corpus_args.cache_dir) / "tokenizers").iterdir()) == tokenizers  # none trained anew
@@ -546,7 +550,7 @@ def test_the_checkpoint_scorer_names_a_folder_that_is_not_a_run_checkpoint(tmp_p
 def test_a_trained_wordpiece_keeps_merges_when_the_corpus_alphabet_is_larger_than_the_vocabulary(tmp_path):
     """Thousands of distinct characters (CJK here, as in a large Wikipedia sample) must not crowd the
     word pieces out of a small vocabulary: the alphabet is capped, common words stay whole."""
-    from crossbert_model.data import train_wordpiece
+    from crossbert_model.data.tokenizer import train_wordpiece
 
     rare = ["".join(chr(0x4E00 + i + j) for j in range(3)) for i in range(0, 3000, 3)]  # 3,000 distinct CJK characters
     english = ["the river flows through the old town and the bridge crosses the river near the station"] * 200
@@ -559,7 +563,8 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
     """The same corpus gives the same tokenizer: equally rare characters at the alphabet's cap are chosen by
     the character, and pieces are numbered by the piece, not in the trainer's hash-map order (before, two
     trainings on the main job's corpus agreed on 191 of 4,096 ids)."""
-    from crossbert_model.data import DataArgs, prepare_tokenizer
+    from crossbert_model.data.tokenizer import prepare_tokenizer
+    from crossbert_model.data_args import DataArgs
 
     def train(i):
         args = DataArgs(corpus=str(real_data_root / "wikipedia_en_2015"), vocab_size=1024, max_documents=1500, cache_dir=str(tmp_path / str(i)))
@@ -573,7 +578,7 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
 def test_a_character_level_vocabulary_is_refused(tmp_path):
     from tokenizers import Tokenizer, models
 
-    from crossbert_model.data import _check_has_merges
+    from crossbert_model.data.tokenizer import _check_has_merges
 
     letters = {c: i for i, c in enumerate(chr(0x4E00 + i) for i in range(600))}
     with pytest.raises(DataError, match="600 of its 512 pieces are single characters"):

@@ -14,7 +14,8 @@ sys.path[:0] = [str(WT), str(WT / "tests")]
 SCRATCH = Path(os.environ.get("ERROR_TABLE_SCRATCH", "/tmp/error_table"))
 os.environ.setdefault("HF_HOME", str(SCRATCH / "hf"))
 import test_cli as T  # noqa: E402
-from crossbert_model.data import DataArgs, prepare_data  # noqa: E402
+from crossbert_model.data.sequences import prepare_data  # noqa: E402
+from crossbert_model.data_args import DataArgs  # noqa: E402
 from crossbert_model.utils import data_root  # noqa: E402
 
 PY = sys.executable

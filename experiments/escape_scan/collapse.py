@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModel
 
-from crossbert_model.data import iter_documents, load_tokenizer
+from crossbert_model.data.corpus import iter_documents
+from crossbert_model.data.tokenizer import load_tokenizer
 from crossbert_model.masking import crossbert_packing
 from crossbert_model.model import CrossBertForPreTraining, apply_rotary
 from crossbert_model.remote_code import from_pretrained

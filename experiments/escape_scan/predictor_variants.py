@@ -21,7 +21,9 @@ import math
 import torch
 from torch import nn
 
-from crossbert_model.train import DataArgs, ModelArgs, OptimArgs, TrainConfig, Trainer, make_optimizer
+from crossbert_model.data_args import DataArgs
+from crossbert_model.train import Trainer, make_optimizer
+from crossbert_model.train_config import ModelArgs, OptimArgs, TrainConfig
 from crossbert_model.utils import data_root
 
 

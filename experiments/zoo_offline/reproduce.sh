@@ -12,7 +12,7 @@ COMMON="steps=300 eval_every=300 checkpoint_steps=[] checkpoint_every=0 batch_si
 # 2. A Hugging Face hub cache holding a copy of the packaged all-MiniLM-L6-v2 as sentence-transformers/all-MiniLM-L6-v2
 #    (the hub's own layout: blobs, snapshots/<commit>/, refs/main), so the hub id resolves offline.
 export HF_HUB_CACHE="$PWD/runs/zoo/hf-hub-cache"
-python -c "import sys; from crossbert_eval.zoo import seed_hub_cache; from crossbert_model.data import minilm_path; \
+python -c "import sys; from crossbert_eval.zoo import seed_hub_cache; from crossbert_model.data.tokenizer import minilm_path; \
 print(seed_hub_cache(sys.argv[1], 'sentence-transformers/all-MiniLM-L6-v2', minilm_path(), '8b3219a92973c328a8e22fadcfa821b5dc75636a'))" "$HF_HUB_CACHE"
 # 3. The zoo (one BLAS / torch thread: the 2-core machine was shared with a training job).
 OMP_NUM_THREADS=1 nice -n 19 crossbert zoo configs/zoo/offline_trained.yaml
