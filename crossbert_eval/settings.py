@@ -5,7 +5,7 @@ library knows it:
     probe setting 'k': expected a positive integer, got 0
 
 Nothing here knows a command-line option: `crossbert probe` says a refused setting with the option that sets it
-(crossbert_eval.cli.SETTING_OPTIONS, the one table of them), and a sweep or zoo, whose config fields are checked by the
+(crossbert_eval.cli.OPTION_OF, the one table of them), and a sweep or zoo, whose config fields are checked by the
 loader before any settings are built, never sees one.
 """
 
