@@ -96,9 +96,9 @@ reference:
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 
-# The test suite CI runs: ruff, then everything but the `slow` tier (878 tests passed in 689 s by pytest on the
-# idle 2-core EPYC without native bf16, 2026-12-07; 698 tests took 271 s on 2026-12-05 on a CPU with native bf16;
-# expensive fixtures are built once per run, report tests draw only the plots they check).
+# The test suite CI runs: ruff, then everything but the `slow` tier (982 tests passed in 931 s by pytest in three
+# parts on the 2-core EPYC without native bf16 with two training workers beside it, 2026-12-07 (878 tests: 689 s
+# idle the day before); expensive fixtures are built once per run, report tests draw only the plots they check).
 # `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup
