@@ -6,7 +6,7 @@ resolved against a model's depth in one place.
     str(spec)                            # '0,3,-1'
 
 Where the text enters: a command-line option (its argparse type, crossbert_eval.cli), a config field (its declared limit
-crossbert_model.limits.LAYERS, which refuses through LayerSpec.parse), and the sweep or zoo that turns its config field
+LAYERS below, which refuses through LayerSpec.parse), and the sweep or zoo that turns its config field
 into the settings it runs (crossbert_eval.sweep / zoo). Below that, ProbeSettings, GeometrySettings and MtebSettings hold a
 LayerSpec (their limit TYPED_LAYERS refuses anything else) and FrozenEncoder.layer_indices resolves it: nothing re-parses.
 Light (no torch): config files are checked with it before anything heavy is imported.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.limits import Check
+from crossbert_model.limits import Check, Parsed
 
 # What a refused spec was expected to be: the one wording, whoever refuses it (the caller puts the option or field in front).
 EXPECTED = "all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer)"
@@ -85,6 +85,10 @@ class LayerSpec:
 
 LayerSpec.ALL = LayerSpec("all")
 LayerSpec.LAST = LayerSpec("last")
+
+# The limit of a config field that holds a layer spec as the user wrote it (a sweep's or zoo's probe_layers, ...):
+# refused through the one parser, in its wording.
+LAYERS = Parsed("crossbert_eval.layer_spec:LayerSpec.parse", shown="all|last|N,M,...", heavy=False)
 
 # The limit of a settings field that holds a LayerSpec (ProbeSettings.layers, ...): a spec parsed where it entered, never text.
 TYPED_LAYERS = Check(lambda value: None if isinstance(value, LayerSpec) else "a LayerSpec (LayerSpec.parse('all|last|N,M,...'))",

@@ -39,7 +39,7 @@ from crossbert_model.logs import duration
 from crossbert_model.train_config import TrainConfig, model_config, validate_config
 from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
 from crossbert_model.limits import (
-    FOLDER_NAME_LIMIT, LAYERS, NON_EMPTY, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, SECONDS, SEED, OneOf, OutsideDataRoot, Range, SameAs,
+    FOLDER_NAME_LIMIT, NON_EMPTY, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, SECONDS, SEED, OneOf, OutsideDataRoot, Range, SameAs,
     SomeOf, Text, Unique, check_limits, check_relations, relation,
 )  # fmt: skip
 from crossbert_model.errors import CrossbertError, report_crashes_in
@@ -57,7 +57,7 @@ from crossbert_model.utils import (
 
 from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .folder_layout import SweepDir
-from .layer_spec import LayerSpec
+from .layer_spec import LAYERS, LayerSpec
 from .results import RESULTS_FILE
 from .report.loading import SMOKE_TEST_KEY
 from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds

@@ -42,7 +42,7 @@ from crossbert_model.args import config_main, dump_yaml
 from crossbert_model.checkpoint import read_trainer_state
 from crossbert_model.defaults import DTYPES, FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
 from crossbert_model.limits import (
-    FOLDER_NAME_LIMIT, LAYERS, POSITIVE_INT, NonEmpty, OneOf, OutsideDataRoot, SomeOf, Text, Unique, check_limits, check_relations,
+    FOLDER_NAME_LIMIT, POSITIVE_INT, NonEmpty, OneOf, OutsideDataRoot, SomeOf, Text, Unique, check_limits, check_relations,
 )  # fmt: skip
 from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
@@ -51,7 +51,7 @@ from crossbert_model.run_layout import CheckpointDir
 
 from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .folder_layout import ZooDir
-from .layer_spec import LayerSpec
+from .layer_spec import LAYERS, LayerSpec
 from .report.zoo_report import build_zoo_report
 
 log = logging.getLogger("crossbert.zoo")

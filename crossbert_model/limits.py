@@ -359,7 +359,6 @@ MAX_SEED = 2**63 - 1
 SEED = Range(0, MAX_SEED, integer=True, words="an integer from 0 to 2**63 - 1", shown="0 <= x < 2**63")
 FOLDER_NAME_LIMIT = FolderNameLimit()
 # The layers a probe, geometry or mteb stage reads: the grammar's one parser (light), in its one wording.
-LAYERS = Parsed("crossbert_eval.layer_spec:LayerSpec.parse", shown="all|last|N,M,...", heavy=False)
 NON_EMPTY = NonEmpty()
 BOOL = TrueOrFalse()
 

@@ -1,19 +1,22 @@
-"""How the modules of crossbert_eval depend on each other: no import cycle (a function-level import counts), and no
-module reaches into another module's private names; no report function changes module state."""
+"""How the modules of crossbert_model and crossbert_eval depend on each other: the layering rules below, no import
+cycle (a function-level import counts), no module reaching into another module's private names; no report function
+changes module state."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "crossbert_eval"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = (REPO / "crossbert_model", REPO / "crossbert_eval")
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
@@ -44,7 +47,36 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_module_of_crossbert_eval_imports_itself_back():
+# The layering, one rule a line: (the modules a rule binds, the module they must not import, why).
+COMPUTATION = ("crossbert_eval.probes", "crossbert_eval.probe_runner", "crossbert_eval.geometry", "crossbert_eval.geometry_runner",
+               "crossbert_eval.mteb_runner", "crossbert_eval.mteb_encoder", "crossbert_eval.mteb_tasks", "crossbert_eval.encoders",
+               "crossbert_eval.evaluation", "crossbert_eval.results", "crossbert_eval.baselines", "crossbert_eval.metrics",
+               "crossbert_eval.stats")  # fmt: skip
+ORCHESTRATORS = ("crossbert_eval.cli", "crossbert_eval.sweep", "crossbert_model.train")  # the only ones that train
+LAYERING = [
+    ("crossbert_model", "crossbert_eval", "the model library knows nothing of evaluation"),
+    (("crossbert_model.checkpoint",), "crossbert_model.train_config", "the checkpoint writer does not know the run schema"),
+    (("crossbert_model.checkpoint",), "crossbert_model.model_card", "the trainer hands the checkpoint writer its card's text"),
+    (COMPUTATION, "crossbert_eval.report", "computation does not import presentation"),
+    ("*", "crossbert_model.train", "library modules never import the trainer (only what trains does)"),
+]  # fmt: skip
+
+
+def _bound(who, module: str) -> bool:
+    if who == "*":
+        return module not in ORCHESTRATORS
+    return module in who if isinstance(who, tuple) else module == who or module.startswith(who + ".")
+
+
+@pytest.mark.parametrize("who, forbidden, why", LAYERING, ids=[rule[2] for rule in LAYERING])
+def test_the_layering_rules_hold(who, forbidden, why):
+    graph = _graph()
+    broken = sorted(f"{m} -> {t}" for m, targets in graph.items() if _bound(who, m)
+                    for t in targets if t == forbidden or t.startswith(forbidden + "."))  # fmt: skip
+    assert broken == [], why
+
+
+def test_no_module_of_either_package_imports_itself_back():
     graph = _graph()
 
     def reaches(start: str, goal: str, seen: set) -> bool:
