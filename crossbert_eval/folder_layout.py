@@ -7,7 +7,7 @@ a results store's inside is crossbert_eval.results' (ResultsStore).
         runs/<run>/                   RunDir (crossbert_model.run_layout)
         claims/  completed.jsonl  skipped.jsonl  encoder_reliance.jsonl  unigram_entropies.jsonl
       both (EvaluationFolder):
-        results/  baselines/          ResultsStore folders
+        results/  baselines/          ResultsStore folders; features/ and mteb/: the feature cache and mteb's cache
         checkpoints.jsonl             a row per evaluated model (checkpoint)
         timings.jsonl                 a row per stage
         tables/  plots/  report.md  report.html  summary.json
@@ -74,6 +74,16 @@ class EvaluationFolder:
     def report_lock(self) -> Path:
         return self.path / ".report.lock"
 
+    @property
+    def features(self) -> Path:
+        """The feature cache (a zoo may name a shared one instead: ZooConfig.features_dir)."""
+        return self.path / "features"
+
+    @property
+    def mteb(self) -> Path:
+        """mteb's own result cache."""
+        return self.path / "mteb"
+
     def pages(self) -> tuple[Path, Path]:
         """The report's pages, which name its tables and plots (so they are replaced after them)."""
         return self.report, self.report_html
@@ -101,6 +111,16 @@ class SweepDir(EvaluationFolder):
     @property
     def claims(self) -> Path:
         return self.path / "claims"
+
+    @property
+    def submitit(self) -> Path:
+        """Cluster jobs' scripts, pickles and logs (unless `submitit.folder` names another)."""
+        return self.path / "submitit"
+
+    @property
+    def tokenizer(self) -> Path:
+        """A committed sweep's pinned copy of the tokenizer its runs were trained with."""
+        return self.path / "tokenizer"
 
     @property
     def claims_lock(self) -> Path:

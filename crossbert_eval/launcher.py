@@ -70,7 +70,7 @@ def make_executor(cfg: SweepConfig) -> submitit.AutoExecutor:
     args = cfg.submitit  # its values within their declared limits (SubmititArgs; checked with the sweep's plan)
     if args.cluster == "slurm" and shutil.which("sbatch") is None:
         raise ConfigError("sweep field 'submitit.cluster': slurm asked, but `sbatch` is not on this machine's PATH")
-    folder = Path(args.folder) if args.folder else cfg.root / "submitit"
+    folder = Path(args.folder) if args.folder else SweepDir(cfg.root).submitit
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=args.cluster)
     params = {
         "name": f"sweep-{cfg.name}", "timeout_min": args.timeout_min, "cpus_per_task": args.cpus_per_task,

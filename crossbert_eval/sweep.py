@@ -298,14 +298,14 @@ def evaluation_plan(cfg: SweepConfig, folder: SweepDir, final: bool) -> Evaluati
     from .mteb_runner import MtebSettings
     from .probe_runner import ProbeSettings
 
-    stores = {"results_dir": str(folder.results), "cache_dir": str(cfg.root / "features"), "data_root": cfg.data_root}
+    stores = {"results_dir": str(folder.results), "cache_dir": str(folder.features), "data_root": cfg.data_root}
     layers = LayerSpec.parse(cfg.probe_layers if final else cfg.intermediate_layers)
     probe = ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, poolings=cfg.poolings,
                           feature_transforms=cfg.feature_transforms, max_train=_capped(cfg.max_probe_train, cfg.limit), max_eval=cfg.limit,
                           **stores)  # fmt: skip
     geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, **stores)
     mteb = MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers) if final else layers, pooling=cfg.poolings[0],
-                        out_dir=str(cfg.root / "mteb"), **stores)  # fmt: skip
+                        out_dir=str(folder.mteb), **stores)  # fmt: skip
     return EvaluationPlan(who=f"sweep {cfg.name}", probe=probe, geometry=geometry, mteb=mteb)
 
 
@@ -598,7 +598,7 @@ def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None
 
 def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None) -> Path:
     """The tokenizer a sweep's run was trained with: as given, the sweep's pinned copy, or its checkpoint's."""
-    for candidate in (tokenizer, root / "tokenizer", final_row.get("checkpoint")):
+    for candidate in (tokenizer, SweepDir(root).tokenizer, final_row.get("checkpoint")):
         if candidate is not None and (Path(candidate) / "tokenizer.json").is_file():
             return Path(candidate)
     raise ConfigError(

@@ -104,7 +104,7 @@ class ZooConfig:
 
     @property
     def features(self) -> Path:
-        return Path(self.features_dir) if self.features_dir else self.root / "features"
+        return Path(self.features_dir) if self.features_dir else ZooDir(self.root).features
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
         probe=ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, feature_transforms=cfg.feature_transforms,
                             max_train=cfg.max_probe_train, **stores),
         geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, **stores),
-        mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(cfg.root / "mteb"), **stores),
+        mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(ZooDir(cfg.root).mteb), **stores),
     )  # fmt: skip
 
 
