@@ -95,6 +95,7 @@ reference:
 	rm -f results/$(SWEEP)/tables/*.parquet   # the CSV tables are the committed data; a report rebuild writes both again
 	find results/$(SWEEP) -name '.*.lock' -delete
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
+	xz -9f results/$(SWEEP)/tables/scores.csv       # the largest table, kept compressed too (pandas reads it as it is)
 
 # The test suite CI runs: ruff, then everything but the `slow` tier (982 tests passed in 931 s by pytest in three
 # parts on the 2-core EPYC without native bf16 with two training workers beside it, 2026-12-07 (878 tests: 689 s

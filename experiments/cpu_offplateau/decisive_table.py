@@ -82,7 +82,8 @@ def geometry_table(geometry: pd.DataFrame, objectives: list[str]) -> list[str]:
 
 def main(folder: Path) -> None:
     tables = folder / "tables"
-    scores = pd.read_csv(tables / "scores.csv")
+    plain = tables / "scores.csv"  # a report folder's; a committed reference keeps it as scores.csv.xz
+    scores = pd.read_csv(plain if plain.is_file() else plain.with_name("scores.csv.xz"))
     objectives = sorted(scores["objective"].unique(), key=lambda o: (o != "mlm", o))
     comparisons = read_comparisons(tables / "comparisons.csv")  # old tables' a/b columns read as first/second
     out = ["## Scores", "", *score_table(scores, objectives), ""]

@@ -18,7 +18,8 @@ KEYS = ["objective", "size", "task", "probe", "layer"]
 
 
 def final_scores(sweep: Path) -> pd.DataFrame:
-    scores = pd.read_csv(sweep / "tables" / "scores.csv")
+    plain = sweep / "tables" / "scores.csv"  # a sweep folder's; a committed reference keeps it as scores.csv.xz
+    scores = pd.read_csv(plain if plain.is_file() else plain.with_name("scores.csv.xz"))
     return scores[scores["is_final"] & scores["is_main"]][["run", "seed", *KEYS, "score"]]
 
 
