@@ -18,17 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossbert_model.run_layout import RunDir
+from crossbert_model.run_layout import Folder, RunDir
 
 
 @dataclass(frozen=True)
-class EvaluationFolder:
+class EvaluationFolder(Folder):
     """What a sweep's and a zoo's folders share: the evaluated models, their scores and the report."""
-
-    path: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path))
 
     @property
     def results(self) -> Path:

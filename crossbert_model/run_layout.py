@@ -21,13 +21,18 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 @dataclass(frozen=True)
-class RunDir:
-    """A training run's folder."""
+class Folder:
+    """A folder whose layout one class owns (its subclasses name its files); the path as given, str or Path."""
 
     path: Path
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
+
+
+@dataclass(frozen=True)
+class RunDir(Folder):
+    """A training run's folder."""
 
     @property
     def name(self) -> str:
@@ -64,13 +69,8 @@ class RunDir:
 
 
 @dataclass(frozen=True)
-class CheckpointDir:
+class CheckpointDir(Folder):
     """One checkpoint's folder: a model loadable by itself (AutoModel, sentence-transformers) plus training state."""
-
-    path: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path))
 
     @property
     def step(self) -> int | None:
