@@ -104,6 +104,7 @@ reference:
 # MTEB scores on every exact local task (about 5 more minutes).
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(ENV) $(PY) -m pytest -q
 
 test-all: setup

@@ -41,8 +41,15 @@ class TokenIds:
     """What a model config takes from a tokenizer (crossbert_model.data.tokenizer.special_token_config), given as those
     fields: a shape measured with a vocabulary other than the tokenizer's at hand (gpu_check: BERT's 30,522)."""
 
-    def __init__(self, vocab_size: int, pad_token_id: int, cls_token_id: int, sep_token_id: int, mask_token_id: int,
-                 num_special_tokens: int):  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int,
+        pad_token_id: int,
+        cls_token_id: int,
+        sep_token_id: int,
+        mask_token_id: int,
+        num_special_tokens: int,
+    ):
         self.vocab_size, self.pad_token_id, self.cls_token_id = vocab_size, pad_token_id, cls_token_id
         self.sep_token_id, self.mask_token_id = sep_token_id, mask_token_id
         self.all_special_ids = [num_special_tokens - 1]  # special_token_config counts max(all_special_ids) + 1
@@ -57,11 +64,17 @@ def hf_bert_of_shape(c):
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
-        max_position_embeddings=max(512, c.max_position_embeddings), hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation="sdpa", pad_token_id=c.pad_token_id,
-    )  # fmt: skip
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        intermediate_size=c.intermediate_size,
+        max_position_embeddings=max(512, c.max_position_embeddings),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa",
+        pad_token_id=c.pad_token_id,
+    )
     return BertForMaskedLM(config)
 
 

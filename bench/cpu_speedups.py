@@ -53,7 +53,9 @@ class Stepper:
 
 
 def bench(preset: str, objective: str, data, args) -> list[dict]:
-    config = contender_config(preset, {"objective": objective}, args.seq_len, data.tokenizer)  # at the objective's default mask ratio
+    config = contender_config(
+        preset, {"objective": objective}, args.seq_len, data.tokenizer
+    )  # at the objective's default mask ratio
     recipes = {"eager_fp32": (None, False), "eager_bf16": (torch.bfloat16, False), "compiled_bf16": (torch.bfloat16, True)}
     contenders = {name: Stepper(config, *recipes[name]) for name in ["eager_fp32", *args.contenders]}
     sampler = EpochSampler(len(data.train), 0)
@@ -77,9 +79,15 @@ def bench(preset: str, objective: str, data, args) -> list[dict]:
     rows = []
     for name in contenders:
         per_step = statistics.median(times[name]) / args.steps
-        row = {"preset": preset, "objective": objective, "contender": name, "seconds_per_step": per_step,
-               "corpus_tokens_per_s": args.batch_size * args.seq_len / per_step,
-               "x_vs_eager_fp32": median_ratio(times, "eager_fp32", name), "warmup_s": warmup[name]}  # fmt: skip
+        row = {
+            "preset": preset,
+            "objective": objective,
+            "contender": name,
+            "seconds_per_step": per_step,
+            "corpus_tokens_per_s": args.batch_size * args.seq_len / per_step,
+            "x_vs_eager_fp32": median_ratio(times, "eager_fp32", name),
+            "warmup_s": warmup[name],
+        }
         rows.append(row)
     by_name = {r["contender"]: r for r in rows}
     if {"eager_bf16", "compiled_bf16"} <= set(by_name):
@@ -96,8 +104,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", nargs="+", default=["tiny"])
     p.add_argument("--objectives", nargs="+", default=list(objective_names()), choices=objective_names())
-    p.add_argument("--contenders", nargs="+", default=["eager_bf16", "compiled_bf16"], choices=["eager_bf16", "compiled_bf16"],
-                   help="against eager_fp32 (always run)")
+    p.add_argument(
+        "--contenders",
+        nargs="+",
+        default=["eager_bf16", "compiled_bf16"],
+        choices=["eager_bf16", "compiled_bf16"],
+        help="against eager_fp32 (always run)",
+    )
     p.add_argument("--corpus", default="${data_root}/wikipedia_en_2015")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
@@ -110,9 +123,25 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     data = prepare_data(DataArgs(corpus=args.corpus, seq_len=args.seq_len))
     rows = [row for preset in args.presets for objective in args.objectives for row in bench(preset, objective, data, args)]
-    cols = ["preset", "objective", "contender", "seconds_per_step", "corpus_tokens_per_s", "x_vs_eager_fp32", "warmup_s", "compile_s",
-            "steps_to_pay_back"]  # fmt: skip
-    write(args.out, "cpu_speedups", rows, markdown(rows, cols), bf16_matmul_speedup=bf16_speedup("cpu"), threads=torch.get_num_threads())
+    cols = [
+        "preset",
+        "objective",
+        "contender",
+        "seconds_per_step",
+        "corpus_tokens_per_s",
+        "x_vs_eager_fp32",
+        "warmup_s",
+        "compile_s",
+        "steps_to_pay_back",
+    ]
+    write(
+        args.out,
+        "cpu_speedups",
+        rows,
+        markdown(rows, cols),
+        bf16_matmul_speedup=bf16_speedup("cpu"),
+        threads=torch.get_num_threads(),
+    )
 
 
 if __name__ == "__main__":

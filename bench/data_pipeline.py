@@ -52,10 +52,12 @@ from crossbert_model.objectives import pretraining_batch, pretraining_model_for 
 from crossbert_model.train import step_generator  # noqa: E402
 
 # name -> model section (ModelArgs fields)
-OBJECTIVES = with_every_objective({
-    "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
-    "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
-})
+OBJECTIVES = with_every_objective(
+    {
+        "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
+        "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
+    }
+)
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -73,8 +75,14 @@ def tokenize_once(data_args: DataArgs, tokenizer, workers: int, scratch: Path) -
     own1, kids1 = cpu_seconds()  # the pool has exited: its workers' CPU time is in RUSAGE_CHILDREN
     data = load_tokens(token_dir, tokenizer, 128)
     tokens = len(data.train.tokens) + len(data.val.tokens)
-    return {"wall": wall, "main_cpu": own1 - own0, "worker_cpu": kids1 - kids0, "tokens": tokens,
-            "stream": stream_digest(data), "token_dir": token_dir}  # fmt: skip
+    return {
+        "wall": wall,
+        "main_cpu": own1 - own0,
+        "worker_cpu": kids1 - kids0,
+        "tokens": tokens,
+        "stream": stream_digest(data),
+        "token_dir": token_dir,
+    }
 
 
 def least_wall(run: dict, workers: int, cores: int) -> float:
@@ -122,15 +130,17 @@ def bench_tokenization(args, data_args: DataArgs, tokenizer, scratch: Path) -> t
     rows = []
     for w in args.workers:
         rs = runs[w]
-        rows.append({
-            "workers": w,
-            "seconds": statistics.median(x["wall"] for x in rs),
-            "tokens_per_s": statistics.median(x["tokens"] / x["wall"] for x in rs),
-            "x_vs_1_worker": statistics.median(b["wall"] / x["wall"] for b, x in zip(runs[base], rs)),
-            "cpu_s": statistics.median(x["main_cpu"] + x["worker_cpu"] for x in rs),
-            "main_cpu_s": statistics.median(x["main_cpu"] for x in rs),
-            "idle_bound_x": cpu_base / statistics.median(least_wall(x, w, cores) for x in rs),
-        })  # fmt: skip
+        rows.append(
+            {
+                "workers": w,
+                "seconds": statistics.median(x["wall"] for x in rs),
+                "tokens_per_s": statistics.median(x["tokens"] / x["wall"] for x in rs),
+                "x_vs_1_worker": statistics.median(b["wall"] / x["wall"] for b, x in zip(runs[base], rs)),
+                "cpu_s": statistics.median(x["main_cpu"] + x["worker_cpu"] for x in rs),
+                "main_cpu_s": statistics.median(x["main_cpu"] for x in rs),
+                "idle_bound_x": cpu_base / statistics.median(least_wall(x, w, cores) for x in rs),
+            }
+        )
     reader = {"seconds": read_s, "tokens_per_s": tokens / read_s, "tokens": tokens}
     return rows, reader, runs[base][-1]["token_dir"]
 
@@ -167,11 +177,19 @@ def bench_loader_share(args, data) -> list[dict]:
                     prep_s.append(t2 - t0)
                     step_s.append(t3 - t0)
             prep, step_med = statistics.median(prep_s), statistics.median(step_s)
-            rows.append({
-                "preset": preset, "objective": name, "device": device.type, "batch": args.batch_size, "seq_len": args.seq_len,
-                "get_ms": 1e3 * statistics.median(get_s), "batch_ms": 1e3 * prep, "step_ms": 1e3 * step_med,
-                "loader_share_pct": 100 * prep / step_med,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "preset": preset,
+                    "objective": name,
+                    "device": device.type,
+                    "batch": args.batch_size,
+                    "seq_len": args.seq_len,
+                    "get_ms": 1e3 * statistics.median(get_s),
+                    "batch_ms": 1e3 * prep,
+                    "step_ms": 1e3 * step_med,
+                    "loader_share_pct": 100 * prep / step_med,
+                }
+            )
             logging.info("%s %s: batch %.2f ms of a %.1f ms step", preset, name, 1e3 * prep, 1e3 * step_med)
     return rows
 
@@ -187,8 +205,15 @@ def bench_loader_capacity(args, data) -> list[dict]:
             config = contender_config("tiny", spec, args.seq_len, data.tokenizer)
             for batch_size in args.capacity_batch_sizes:
                 s = statistics.median(prepare_seconds(data, sampler, config, batch_size, args))
-                rows.append({"objective": name, "threads": threads, "batch": batch_size, "batch_ms": 1e3 * s,
-                             "sequences_per_s": batch_size / s})  # fmt: skip
+                rows.append(
+                    {
+                        "objective": name,
+                        "threads": threads,
+                        "batch": batch_size,
+                        "batch_ms": 1e3 * s,
+                        "sequences_per_s": batch_size / s,
+                    }
+                )
     torch.set_num_threads(all_threads)
     return rows
 
@@ -246,19 +271,32 @@ def main() -> None:
     load_after = os.getloadavg()
     notes.append(f"load average after: {load_after[0]:.2f} (1 min), {load_after[1]:.2f} (5 min)")
     if reader:
-        notes.append(f"main process reading alone (decompress + cut blocks): {reader['seconds']:.2f} s, "
-                     f"{reader['tokens_per_s']:,.0f} corpus tokens/s: the ceiling of any worker count")  # fmt: skip
+        notes.append(
+            f"main process reading alone (decompress + cut blocks): {reader['seconds']:.2f} s, "
+            f"{reader['tokens_per_s']:,.0f} corpus tokens/s: the ceiling of any worker count"
+        )
     table = "\n\n".join(
-        t for t in (
+        t
+        for t in (
             markdown(token_rows, ["workers", "seconds", "tokens_per_s", "x_vs_1_worker", "cpu_s", "main_cpu_s", "idle_bound_x"])
-            if token_rows else "",
+            if token_rows
+            else "",
             markdown(share_rows, ["preset", "objective", "device", "get_ms", "batch_ms", "step_ms", "loader_share_pct"]),
             markdown(capacity_rows, ["objective", "threads", "batch", "batch_ms", "sequences_per_s"]),
             "\n".join(f"- {n}" for n in notes),
-        ) if t
-    )  # fmt: skip
-    write(args.out, "data_pipeline", token_rows + share_rows + capacity_rows, table, reader=reader, notes=notes, args=vars(args),
-          load_average={"before": load_before, "after": load_after})  # fmt: skip
+        )
+        if t
+    )
+    write(
+        args.out,
+        "data_pipeline",
+        token_rows + share_rows + capacity_rows,
+        table,
+        reader=reader,
+        notes=notes,
+        args=vars(args),
+        load_average={"before": load_before, "after": load_after},
+    )
 
 
 if __name__ == "__main__":

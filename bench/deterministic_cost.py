@@ -20,12 +20,21 @@ WARMUP, TIMED, BATCH, SEQ = 20, 100, 32, 128
 
 def main(deterministic: bool) -> None:
     cfg = TrainConfig(
-        name=f"deterministic-{int(deterministic)}-{time.time_ns()}", out_dir="runs/bench/deterministic", seed=0,
-        steps=WARMUP + TIMED, batch_size=BATCH, compile=True, deterministic=deterministic, dtype="bf16", resume=False,
-        model=ModelArgs(preset="tiny", objective="crossbert"), optim=OptimArgs(lr=2e-3, warmup_steps=5),
-        data=DataArgs(corpus=str(data_root() / "wikipedia_en_2015"), tokenizer="train", vocab_size=4096, seq_len=SEQ,
-                      cache_dir="runs/cache"),
-    )  # fmt: skip
+        name=f"deterministic-{int(deterministic)}-{time.time_ns()}",
+        out_dir="runs/bench/deterministic",
+        seed=0,
+        steps=WARMUP + TIMED,
+        batch_size=BATCH,
+        compile=True,
+        deterministic=deterministic,
+        dtype="bf16",
+        resume=False,
+        model=ModelArgs(preset="tiny", objective="crossbert"),
+        optim=OptimArgs(lr=2e-3, warmup_steps=5),
+        data=DataArgs(
+            corpus=str(data_root() / "wikipedia_en_2015"), tokenizer="train", vocab_size=4096, seq_len=SEQ, cache_dir="runs/cache"
+        ),
+    )
     trainer = Trainer(cfg)
     for step in range(WARMUP):
         trainer.train_step(step, trainer.host_batch(step))

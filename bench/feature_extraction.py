@@ -45,19 +45,33 @@ def main() -> None:
     def sentence_transformers():
         out["st"] = st.encode(texts, batch_size=args.batch_size, show_progress_bar=False)
 
-    times = interleaved({"sentence_transformers": sentence_transformers, "ours_last_layer": ours_last, "ours_all_layers": ours_all}, args.rounds)
+    times = interleaved(
+        {"sentence_transformers": sentence_transformers, "ours_last_layer": ours_last, "ours_all_layers": ours_all}, args.rounds
+    )
     ours_norm = out["ours"] / np.linalg.norm(out["ours"], axis=1, keepdims=True)
     max_diff = float(np.abs(ours_norm - out["st"]).max())
     rows = []
     for name, ts in times.items():
-        rows.append({
-            "contender": name, "sentences_per_s": args.n / float(np.median(ts)),
-            "x_vs_sentence_transformers": median_ratio(times, "sentence_transformers", name),
-        })  # fmt: skip
+        rows.append(
+            {
+                "contender": name,
+                "sentences_per_s": args.n / float(np.median(ts)),
+                "x_vs_sentence_transformers": median_ratio(times, "sentence_transformers", name),
+            }
+        )
     all_vs_last = median_ratio(times, "ours_last_layer", "ours_all_layers")
     table = markdown(rows, ["contender", "sentences_per_s", "x_vs_sentence_transformers"])
     table += f"\n\nmax |ours - sentence-transformers| (normalised embeddings): {max_diff:.2e}; all layers cost {1 / all_vs_last:.2f}x the last layer alone"
-    write(args.out, "feature_extraction", rows, table, max_abs_diff=max_diff, all_layers_cost=1 / all_vs_last, n=args.n, rounds=args.rounds)
+    write(
+        args.out,
+        "feature_extraction",
+        rows,
+        table,
+        max_abs_diff=max_diff,
+        all_layers_cost=1 / all_vs_last,
+        n=args.n,
+        rounds=args.rounds,
+    )
 
 
 if __name__ == "__main__":

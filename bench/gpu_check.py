@@ -78,16 +78,21 @@ log = logging.getLogger("gpu_check")
 TOKENIZER = PROJECT_ROOT / "results" / "cpu_small" / "tokenizer"
 
 # name -> model section (ModelArgs fields); "hf": Hugging Face's BERT at the shape, masked as a flat MLM
-CONTENDERS = with_every_objective({
-    "hf_bert_mlm30": {"objective": "hf", "mask_ratio": 0.30},
-    "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.30},  # ModernBERT's ratio, as configs/sweep/gpu_base.yaml
-    "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
-    "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
-    "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
-})
+CONTENDERS = with_every_objective(
+    {
+        "hf_bert_mlm30": {"objective": "hf", "mask_ratio": 0.30},
+        "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.30},  # ModernBERT's ratio, as configs/sweep/gpu_base.yaml
+        "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
+        "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
+        "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
+    }
+)
 # (preset, batch, seq_len) of the throughput measurement; vocabulary 30,522 as BERT's.
 SHAPES = {"base": ("base", 64, 512), "large": ("large", 32, 512)}
-SMOKE_SHAPES = {"tiny": ("tiny", 8, 128), "nano": ("nano", 8, 64)}  # --smoke measures tiny; nano: the test's, a quarter of the work
+SMOKE_SHAPES = {
+    "tiny": ("tiny", 8, 128),
+    "nano": ("nano", 8, 64),
+}  # --smoke measures tiny; nano: the test's, a quarter of the work
 BERT_VOCAB = 30522
 # NVIDIA's H100 / H200 SXM datasheets: 989.4 TFLOP/s dense bf16 (1,979 with sparsity); the MFU papers quote.
 DATASHEET_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12}
@@ -146,8 +151,20 @@ def summary_line(row: dict) -> str:
         return f"[{row['at_s']:6.1f}s] {row['section']} {head}: ERROR {row['error']}"
     if "skipped" in row:
         return f"[{row['at_s']:6.1f}s] {row['section']} {head}: skipped ({row['skipped']})"
-    shown = ("step_ms_median", "sequence_tokens_per_s", "corpus_tokens_per_s", "mfu", "mfu_datasheet", "compile_s",
-             "loss_first", "loss_last", "sentences_per_s", "host_ms_per_batch", "peak_tflops", "clocks")  # fmt: skip
+    shown = (
+        "step_ms_median",
+        "sequence_tokens_per_s",
+        "corpus_tokens_per_s",
+        "mfu",
+        "mfu_datasheet",
+        "compile_s",
+        "loss_first",
+        "loss_last",
+        "sentences_per_s",
+        "host_ms_per_batch",
+        "peak_tflops",
+        "clocks",
+    )
     parts = [f"{k}={format_value(row[k])}" for k in shown if row.get(k) is not None]
     return f"[{row['at_s']:6.1f}s] {row['section']} {head}: " + " ".join(parts)
 
@@ -164,8 +181,14 @@ def guarded(rows: RowLog, section: str, key: dict, measure) -> dict:
         return rows.add(section, {**key, **measure()})
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the run
         detail = traceback.format_exc(limit=-3).strip().splitlines()
-        return rows.add(section, {**key, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
-                                  "traceback_tail": detail[-6:]})  # fmt: skip
+        return rows.add(
+            section,
+            {
+                **key,
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                "traceback_tail": detail[-6:],
+            },
+        )
     finally:
         reset_compiler()
         if torch.cuda.is_available():
@@ -195,7 +218,9 @@ class Budget:
         return self.rows.clock() + self.predict(shape, mode) <= self.budget_s
 
     def skipped(self, shape: str, mode: str) -> dict:
-        return {"skipped": f"predicted {self.predict(shape, mode):.0f} s from {self.rows.clock():.0f} s would pass --budget-s {self.budget_s:.0f}"}
+        return {
+            "skipped": f"predicted {self.predict(shape, mode):.0f} s from {self.rows.clock():.0f} s would pass --budget-s {self.budget_s:.0f}"
+        }
 
     def record(self, shape: str, mode: str, seconds: float) -> None:
         self.seen[shape, mode] = max(self.seen.get((shape, mode), 0.0), seconds)  # the slowest seen: a safe prediction
@@ -217,8 +242,9 @@ def corpus_slice(path: Path, tokenizer, tokens: int) -> np.ndarray:
 
 
 class Contender:
-    def __init__(self, name: str, preset: str, seq_len: int, tokens: dict, device, compiled: bool, lr: float = 1e-4,
-                 fail: bool = False):  # fmt: skip
+    def __init__(
+        self, name: str, preset: str, seq_len: int, tokens: dict, device, compiled: bool, lr: float = 1e-4, fail: bool = False
+    ):
         torch.manual_seed(0)  # eager and compiled rows start from the same weights
         spec = CONTENDERS[name]
         self.name, self.hf, self.device, self.fail = name, spec["objective"] == "hf", device, fail
@@ -274,9 +300,13 @@ def timed_steps(step, batches: list, device) -> list[float]:
 def step_statistics(seconds: list[float], batch_tokens: int, views: int, flops_per_token: float, peaks: dict) -> dict:
     median = float(np.median(seconds))
     corpus_tps = batch_tokens / median
-    out = {"step_ms_median": 1e3 * median, "step_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
-           "corpus_tokens_per_s": corpus_tps, "sequence_tokens_per_s": corpus_tps * views,
-           "mfu": corpus_tps * flops_per_token / peaks["measured"]}  # fmt: skip
+    out = {
+        "step_ms_median": 1e3 * median,
+        "step_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
+        "corpus_tokens_per_s": corpus_tps,
+        "sequence_tokens_per_s": corpus_tps * views,
+        "mfu": corpus_tps * flops_per_token / peaks["measured"],
+    }
     if peaks.get("datasheet"):
         out["mfu_datasheet"] = corpus_tps * flops_per_token / peaks["datasheet"]
     return out
@@ -294,7 +324,9 @@ def profile_step(contender: Contender, batch: dict, top: int) -> dict:
     names = {e.key for e in events}
     ops = sorted(n.removeprefix("aten::_scaled_dot_product_") for n in names if n.startswith("aten::_scaled_dot_product_"))
     if contender.device.type == "cuda":
-        kernels = {"flash" for n in names if "flash" in n.lower()} | {"mem-efficient" for n in names if "fmha" in n.lower() or "efficient" in n.lower()}
+        kernels = {"flash" for n in names if "flash" in n.lower()} | {
+            "mem-efficient" for n in names if "fmha" in n.lower() or "efficient" in n.lower()
+        }
         ops += sorted(f"kernel:{k}" for k in kernels)
     out = {"sdpa": ", ".join(ops) or "none seen"}
     if top:
@@ -307,7 +339,9 @@ def top_kernels(events, device, top: int) -> list[dict]:
         return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) or 0.0)
 
     if device.type == "cuda":
-        kernels = [e for e in events if device_us(e) > 0 and not e.key.startswith(("aten::", "autograd::", "Optimizer.", "ProfilerStep"))]
+        kernels = [
+            e for e in events if device_us(e) > 0 and not e.key.startswith(("aten::", "autograd::", "Optimizer.", "ProfilerStep"))
+        ]
         total = sum(device_us(e) for e in kernels) or 1.0
         ranked = sorted(kernels, key=device_us, reverse=True)[:top]
         return [{"kernel": e.key[:90], "ms": device_us(e) / 1e3, "share": device_us(e) / total} for e in ranked]
@@ -332,8 +366,18 @@ def host_syncs(contender: Contender, batch: dict) -> str:
         sync(contender.device)
 
 
-def throughput_row(args, name: str, shape_name: str, shape: tuple, sequences: PackedSequences, tokens: dict, device, peaks: dict,
-                   compiled: bool, budget: Budget) -> dict:  # fmt: skip
+def throughput_row(
+    args,
+    name: str,
+    shape_name: str,
+    shape: tuple,
+    sequences: PackedSequences,
+    tokens: dict,
+    device,
+    peaks: dict,
+    compiled: bool,
+    budget: Budget,
+) -> dict:
     preset, batch_size, seq_len = shape
     began = time.perf_counter()
     c = Contender(name, preset, seq_len, tokens, device, compiled, fail=name in args.fail)
@@ -348,8 +392,13 @@ def throughput_row(args, name: str, shape_name: str, shape: tuple, sequences: Pa
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = timed_steps(c.step, batches[args.warmup :], device)
-    row = {"views": c.views, "batch": batch_size, "seq_len": seq_len, "loss_first": loss_first,
-           **step_statistics(seconds, batch_size * seq_len, c.views, c.flops_per_token, peaks)}  # fmt: skip
+    row = {
+        "views": c.views,
+        "batch": batch_size,
+        "seq_len": seq_len,
+        "loss_first": loss_first,
+        **step_statistics(seconds, batch_size * seq_len, c.views, c.flops_per_token, peaks),
+    }
     if compiled:
         row["compile_s"] = first_step_s - row["step_ms_median"] / 1e3
     row["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
@@ -373,8 +422,23 @@ def throughput_section(args, rows: RowLog, budget: Budget, shape_name: str, mode
             rows.add("throughput", {**key, **budget.skipped(shape_name, mode)})
             continue
         log.info("%s %s %s", shape_name, name, mode)
-        guarded(rows, "throughput", key, lambda: throughput_row(args, name, shape_name, shape, data["sequences"][shape_name],
-                                                                data["bert_ids"], data["device"], data["peaks"], compiled, budget))  # fmt: skip
+        guarded(
+            rows,
+            "throughput",
+            key,
+            lambda: throughput_row(
+                args,
+                name,
+                shape_name,
+                shape,
+                data["sequences"][shape_name],
+                data["bert_ids"],
+                data["device"],
+                data["peaks"],
+                compiled,
+                budget,
+            ),
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -394,9 +458,18 @@ def short_run_row(args, name: str, sequences: PackedSequences, tokens: dict, dev
     losses = torch.stack(losses).float().cpu().numpy()  # one read, at the end
     tenth = max(1, args.run_steps // 10)
     first, last = float(losses[:tenth].mean()), float(losses[-tenth:].mean())
-    return {"preset": preset, "steps": args.run_steps, "batch": batch_size, "seq_len": seq_len, "loss_first": first,
-            "loss_last": last, "loss_falls": bool(last < first - 0.1), "finite": bool(np.isfinite(losses).all()),
-            "wall_s": time.perf_counter() - began, "epochs_of_slice": args.run_steps * batch_size / len(sequences)}  # fmt: skip
+    return {
+        "preset": preset,
+        "steps": args.run_steps,
+        "batch": batch_size,
+        "seq_len": seq_len,
+        "loss_first": first,
+        "loss_last": last,
+        "loss_falls": bool(last < first - 0.1),
+        "finite": bool(np.isfinite(losses).all()),
+        "wall_s": time.perf_counter() - began,
+        "epochs_of_slice": args.run_steps * batch_size / len(sequences),
+    }
 
 
 def feature_extraction_row(args, tokenizer, texts: list[str], device) -> dict:
@@ -405,8 +478,10 @@ def feature_extraction_row(args, tokenizer, texts: list[str], device) -> dict:
     config = contender_config(preset, {"objective": "crossbert"}, 128, tokenizer)
     encoder = pretraining_model_for(config).encoder.to(device).eval()
     texts = (texts * math.ceil(args.sentences / max(1, len(texts))))[: args.sentences]
-    batches = [tokenizer(texts[i : i + 256], padding=True, truncation=True, max_length=128, return_tensors="pt")
-               for i in range(0, len(texts), 256)]  # fmt: skip
+    batches = [
+        tokenizer(texts[i : i + 256], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        for i in range(0, len(texts), 256)
+    ]
     batches = [pinned(dict(b)) if device.type == "cuda" else dict(b) for b in batches]
 
     def run_all():
@@ -434,20 +509,39 @@ def trainer_loop_row(args, name: str, corpus: Path, device, peaks: dict, workdir
     spec = {k: v for k, v in CONTENDERS[name].items() if k != "objective"}
     steps = args.warmup + args.steps
     cfg = TrainConfig(
-        name=f"loop_{name}", out_dir=str(workdir), seed=0, steps=steps, batch_size=batch_size, log_every=steps,
-        eval_every=0, eval_sequences=0, checkpoint_every=0, checkpoint_steps=[],
-        dtype="bf16" if device.type == "cuda" else "fp32", peak_flops=peaks["measured"],
+        name=f"loop_{name}",
+        out_dir=str(workdir),
+        seed=0,
+        steps=steps,
+        batch_size=batch_size,
+        log_every=steps,
+        eval_every=0,
+        eval_sequences=0,
+        checkpoint_every=0,
+        checkpoint_steps=[],
+        dtype="bf16" if device.type == "cuda" else "fp32",
+        peak_flops=peaks["measured"],
         model=ModelArgs(preset=preset, objective=CONTENDERS[name]["objective"], **spec),
-        data=DataArgs(corpus=str(corpus), tokenizer=str(args.tokenizer), seq_len=seq_len, max_documents=args.loop_documents,
-                      cache_dir=str(workdir / "cache"), num_workers=1),  # no fork after CUDA is up
+        data=DataArgs(
+            corpus=str(corpus),
+            tokenizer=str(args.tokenizer),
+            seq_len=seq_len,
+            max_documents=args.loop_documents,
+            cache_dir=str(workdir / "cache"),
+            num_workers=1,
+        ),  # no fork after CUDA is up
         optim=OptimArgs(warmup_steps=1),
-    )  # fmt: skip
+    )
     trainer = Trainer(cfg)
     began = time.perf_counter()
     for step in range(3):
         trainer.host_batch(step)
     host_s = (time.perf_counter() - began) / 3
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)] if device.type == "cuda" else []
+    events = (
+        [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
+        if device.type == "cuda"
+        else []
+    )
     walls = []
     start_wall = None
     for step, batch in zip(range(steps), trainer.host_batches(0)):
@@ -467,9 +561,16 @@ def trainer_loop_row(args, name: str, corpus: Path, device, peaks: dict, workdir
         seconds = [s.elapsed_time(e) / 1e3 for s, e in events[args.warmup :]]
     else:
         seconds = list(np.diff([start_wall] + walls[args.warmup :]))
-    row = {"preset": preset, "batch": batch_size, "seq_len": seq_len, "vocab": trainer.model_config.vocab_size, "views": views,
-           "host_ms_per_batch": 1e3 * host_s, "loop_ms_per_step": 1e3 * loop_s,
-           **step_statistics(seconds, batch_size * seq_len, views, trainer.flops_per_token, peaks)}  # fmt: skip
+    row = {
+        "preset": preset,
+        "batch": batch_size,
+        "seq_len": seq_len,
+        "vocab": trainer.model_config.vocab_size,
+        "views": views,
+        "host_ms_per_batch": 1e3 * host_s,
+        "loop_ms_per_step": 1e3 * loop_s,
+        **step_statistics(seconds, batch_size * seq_len, views, trainer.flops_per_token, peaks),
+    }
     row["host_bound"] = bool(row["loop_ms_per_step"] > 1.1 * row["step_ms_median"])
     del trainer
     return row
@@ -485,7 +586,9 @@ def gpu_state(device) -> dict:
     if device.type != "cuda":
         return {"clocks": "n/a (cpu)"}
     query = "clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,utilization.gpu"
-    done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+    )
     return {"clocks": done.stdout.strip() or done.stderr.strip()[:200], "query": query}
 
 
@@ -509,22 +612,34 @@ def goals(rows: list[dict]) -> list[str]:
         hf_eager = at.get(("eager", "hf_bert_mlm30"))
         if flat:
             mfu = flat.get("mfu_datasheet", flat["mfu"])
-            against = f"the datasheet's peak ({flat['mfu']:.1%} of the measured one)" if "mfu_datasheet" in flat else "the measured peak"
-            lines.append(f"{mode}: flat MLM MFU at {shape}: {mfu:.1%} of {against} (goal >= {GOAL_MFU:.0%}): {verdict(mfu >= GOAL_MFU)}")
+            against = (
+                f"the datasheet's peak ({flat['mfu']:.1%} of the measured one)"
+                if "mfu_datasheet" in flat
+                else "the measured peak"
+            )
+            lines.append(
+                f"{mode}: flat MLM MFU at {shape}: {mfu:.1%} of {against} (goal >= {GOAL_MFU:.0%}): {verdict(mfu >= GOAL_MFU)}"
+            )
         for base, base_mode in ((hf, mode), (hf_eager if mode == "compiled" else None, "eager")):
             if flat and base:
                 x = flat["sequence_tokens_per_s"] / base["sequence_tokens_per_s"]
-                lines.append(f"{mode}: flat MLM vs {base_mode} HF BertForMaskedLM at {shape}: {x:.2f}x (goal >= {GOAL_VS_HF}x): {verdict(x >= GOAL_VS_HF)}")
+                lines.append(
+                    f"{mode}: flat MLM vs {base_mode} HF BertForMaskedLM at {shape}: {x:.2f}x (goal >= {GOAL_VS_HF}x): {verdict(x >= GOAL_VS_HF)}"
+                )
         if flat and cms:
             x = cms["sequence_tokens_per_s"] / flat["sequence_tokens_per_s"]
             xc = cms["corpus_tokens_per_s"] / flat["corpus_tokens_per_s"]
-            lines.append(f"{mode}: CrossBERT r=0.5 CMS vs {mode} flat MLM at {shape}: {x:.2f}x sequence tokens/s (goal >= {GOAL_CROSSBERT}x): "
-                         f"{verdict(x >= GOAL_CROSSBERT)}; {xc:.2f}x corpus tokens/s")  # fmt: skip
+            lines.append(
+                f"{mode}: CrossBERT r=0.5 CMS vs {mode} flat MLM at {shape}: {x:.2f}x sequence tokens/s (goal >= {GOAL_CROSSBERT}x): "
+                f"{verdict(x >= GOAL_CROSSBERT)}; {xc:.2f}x corpus tokens/s"
+            )
     for name in CONTENDERS:
         eager, compiled = at.get(("eager", name)), at.get(("compiled", name))
         if eager and compiled:
-            lines.append(f"{name}: first-step loss eager {eager['loss_first']:.4f}, compiled {compiled['loss_first']:.4f} "
-                         f"(|diff| {abs(eager['loss_first'] - compiled['loss_first']):.2e}); compiled {compiled['sequence_tokens_per_s'] / eager['sequence_tokens_per_s']:.2f}x eager")  # fmt: skip
+            lines.append(
+                f"{name}: first-step loss eager {eager['loss_first']:.4f}, compiled {compiled['loss_first']:.4f} "
+                f"(|diff| {abs(eager['loss_first'] - compiled['loss_first']):.2e}); compiled {compiled['sequence_tokens_per_s'] / eager['sequence_tokens_per_s']:.2f}x eager"
+            )
     return lines
 
 
@@ -534,29 +649,94 @@ def verdict(ok: bool) -> str:
 
 def report(rows: list[dict], meta: dict) -> str:
     section = lambda name: [r for r in rows if r["section"] == name]  # noqa: E731
-    throughput_cols = ["shape", "contender", "mode", "views", "step_ms_median", "step_ms_p90", "sequence_tokens_per_s",
-                       "corpus_tokens_per_s", "mfu", "mfu_datasheet", "peak_memory_gib", "compile_s", "loss_first", "sdpa",
-                       "host_syncs", "skipped", "error"]  # fmt: skip
+    throughput_cols = [
+        "shape",
+        "contender",
+        "mode",
+        "views",
+        "step_ms_median",
+        "step_ms_p90",
+        "sequence_tokens_per_s",
+        "corpus_tokens_per_s",
+        "mfu",
+        "mfu_datasheet",
+        "peak_memory_gib",
+        "compile_s",
+        "loss_first",
+        "sdpa",
+        "host_syncs",
+        "skipped",
+        "error",
+    ]
     pct = lambda r: {**r, **{k: f"{r[k]:.1%}" for k in ("mfu", "mfu_datasheet") if isinstance(r.get(k), float)}}  # noqa: E731
     parts = [f"# GPU check on {meta['device_name']} ({meta['elapsed_s']:.0f} s)", ""]
     for r in section("peak"):
-        parts.append(f"matmul peak ({meta['precision']}): {r.get('peak_tflops', float('nan')):.1f} TFLOP/s measured "
-                     f"({r.get('method', '')}); datasheet {r.get('datasheet_tflops') or 'n/a'} TFLOP/s")  # fmt: skip
+        parts.append(
+            f"matmul peak ({meta['precision']}): {r.get('peak_tflops', float('nan')):.1f} TFLOP/s measured "
+            f"({r.get('method', '')}); datasheet {r.get('datasheet_tflops') or 'n/a'} TFLOP/s"
+        )
     for r in section("gpu_state"):
         parts.append(f"GPU state {r.get('name')}: {r.get('clocks')} ({r.get('query', '')})")
-    parts += ["", f"## Training throughput ({meta['precision']})", markdown([pct(r) for r in section("throughput")], throughput_cols),
-              "", "## Goals", *[f"* {g}" for g in goals(rows)]]  # fmt: skip
+    parts += [
+        "",
+        f"## Training throughput ({meta['precision']})",
+        markdown([pct(r) for r in section("throughput")], throughput_cols),
+        "",
+        "## Goals",
+        *[f"* {g}" for g in goals(rows)],
+    ]
     for r in section("throughput"):
         if r.get("top_kernels"):
-            parts += ["", f"### Top kernels: {r['shape']} {r['contender']} eager", markdown(r["top_kernels"], ["kernel", "ms", "share"])]
-    parts += ["", "## The trainer's own loop (host batches prepared ahead, real train_step)",
-              markdown([pct(r) for r in section("trainer_loop")], ["contender", "preset", "batch", "seq_len", "vocab", "host_ms_per_batch",
-                        "loop_ms_per_step", "step_ms_median", "step_ms_p90", "sequence_tokens_per_s", "mfu", "host_bound", "skipped", "error"]),
-              "", "## Short runs from scratch (loss must fall)",
-              markdown(section("short_run"), ["contender", "preset", "steps", "batch", "seq_len", "loss_first", "loss_last", "loss_falls",
-                                              "finite", "wall_s", "skipped", "error"]),
-              "", "## Frozen feature extraction",
-              markdown(section("features"), ["preset", "sentences", "sentences_per_s", "max_length", "batch", "skipped", "error"])]  # fmt: skip
+            parts += [
+                "",
+                f"### Top kernels: {r['shape']} {r['contender']} eager",
+                markdown(r["top_kernels"], ["kernel", "ms", "share"]),
+            ]
+    parts += [
+        "",
+        "## The trainer's own loop (host batches prepared ahead, real train_step)",
+        markdown(
+            [pct(r) for r in section("trainer_loop")],
+            [
+                "contender",
+                "preset",
+                "batch",
+                "seq_len",
+                "vocab",
+                "host_ms_per_batch",
+                "loop_ms_per_step",
+                "step_ms_median",
+                "step_ms_p90",
+                "sequence_tokens_per_s",
+                "mfu",
+                "host_bound",
+                "skipped",
+                "error",
+            ],
+        ),
+        "",
+        "## Short runs from scratch (loss must fall)",
+        markdown(
+            section("short_run"),
+            [
+                "contender",
+                "preset",
+                "steps",
+                "batch",
+                "seq_len",
+                "loss_first",
+                "loss_last",
+                "loss_falls",
+                "finite",
+                "wall_s",
+                "skipped",
+                "error",
+            ],
+        ),
+        "",
+        "## Frozen feature extraction",
+        markdown(section("features"), ["preset", "sentences", "sentences_per_s", "max_length", "batch", "skipped", "error"]),
+    ]
     return "\n".join(parts)
 
 
@@ -581,7 +761,12 @@ def parse_args(argv):
     p.add_argument("--loop-contenders", nargs="*", default=["flat_mlm30", "crossbert_r50_cms"])
     p.add_argument("--sentences", type=int, default=8192)
     p.add_argument("--budget-s", type=float, default=360.0, help="a row starts only if its predicted end is within this")
-    p.add_argument("--fail", nargs="*", default=[], help="contender names whose every step raises, in every section they run in (tests the error path)")
+    p.add_argument(
+        "--fail",
+        nargs="*",
+        default=[],
+        help="contender names whose every step raises, in every section they run in (tests the error path)",
+    )
     p.add_argument("--out", default="runs/bench/gpu_check")
     p.add_argument("--device", default=None)
     args = p.parse_args(argv)
@@ -604,7 +789,9 @@ def parse_args(argv):
         args.run_shape = ("base", 32, 128)
         args.loop_shape, args.loop_documents = ("base", 64, 512), 4000
     if args.warmup < 1 or args.steps < 1:
-        p.error(f"expected --warmup >= 1 (the first step is the compile and loss probe) and --steps >= 1, got {args.warmup} and {args.steps}")
+        p.error(
+            f"expected --warmup >= 1 (the first step is the compile and loss probe) and --steps >= 1, got {args.warmup} and {args.steps}"
+        )
     return args
 
 
@@ -620,13 +807,18 @@ def prepare(args, device: torch.device) -> dict:
     log.info("device %s; corpus slice %s tokens of %s", device, f"{len(stream):,}", corpus)
     cls, sep = tokenizer_ids["cls_token_id"], tokenizer_ids["sep_token_id"]
     return {
-        "device": device, "tokenizer": tokenizer, "tokenizer_ids": tokenizer_ids, "corpus": corpus, "shapes": shapes,
-        "stream": stream, "texts": sentences_of(docs, 2048),
+        "device": device,
+        "tokenizer": tokenizer,
+        "tokenizer_ids": tokenizer_ids,
+        "corpus": corpus,
+        "shapes": shapes,
+        "stream": stream,
+        "texts": sentences_of(docs, 2048),
         "sequences": {name: PackedSequences(stream, seq_len, cls, sep) for name, (_, _, seq_len) in shapes.items()},
         "run_sequences": PackedSequences(stream, args.run_shape[2], cls, sep),
         # BERT's vocabulary for the throughput rows (the head's cost is part of the comparison)
         "bert_ids": dict(tokenizer_ids, vocab_size=BERT_VOCAB if not args.smoke else tokenizer_ids["vocab_size"]),
-    }  # fmt: skip
+    }
 
 
 def sentences_of(stream_docs: list[str], limit: int) -> list[str]:
@@ -643,8 +835,12 @@ def measure_peak(device) -> dict:
     measured = matmul_flops(str(device), dtype)
     datasheet = datasheet_peak(device)
     method = "8192^3 random, CUDA events, median of 50 after 1 s warm-up" if device.type == "cuda" else "2048^3, best of 5"
-    return {"peak_tflops": measured / 1e12, "datasheet_tflops": datasheet / 1e12 if datasheet else None, "method": method,
-            "peaks": {"measured": measured, "datasheet": datasheet}}  # fmt: skip
+    return {
+        "peak_tflops": measured / 1e12,
+        "datasheet_tflops": datasheet / 1e12 if datasheet else None,
+        "method": method,
+        "peaks": {"measured": measured, "datasheet": datasheet},
+    }
 
 
 def run_plan(args, rows: RowLog, meta: dict) -> None:
@@ -654,17 +850,29 @@ def run_plan(args, rows: RowLog, meta: dict) -> None:
     data = prepare(args, device)
     peak = guarded(rows, "peak", {"name": "matmul"}, lambda: measure_peak(device))
     data["peaks"] = peak.get("peaks") or {"measured": float("nan"), "datasheet": None}
-    meta.update(device=str(device), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                precision="bf16 autocast" if device.type == "cuda" else "fp32", corpus=str(data["corpus"]),
-                corpus_slice_tokens=int(len(data["stream"])))  # fmt: skip
+    meta.update(
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        precision="bf16 autocast" if device.type == "cuda" else "fp32",
+        corpus=str(data["corpus"]),
+        corpus_slice_tokens=int(len(data["stream"])),
+    )
     first, *rest = list(data["shapes"])
     throughput_section(args, rows, budget, first, "eager", data)
-    sections = [("short_run", name, lambda name=name: short_run_row(args, name, data["run_sequences"], data["tokenizer_ids"], device))
-                for name in args.run_objectives]  # fmt: skip
+    sections = [
+        ("short_run", name, lambda name=name: short_run_row(args, name, data["run_sequences"], data["tokenizer_ids"], device))
+        for name in args.run_objectives
+    ]
     sections.append(("features", "encoder", lambda: feature_extraction_row(args, data["tokenizer"], data["texts"], device)))
     with tempfile.TemporaryDirectory(prefix="gpu_check_loop_") as workdir:
-        sections += [("trainer_loop", name, lambda name=name: trainer_loop_row(args, name, data["corpus"], device, data["peaks"], Path(workdir)))
-                     for name in args.loop_contenders]  # fmt: skip
+        sections += [
+            (
+                "trainer_loop",
+                name,
+                lambda name=name: trainer_loop_row(args, name, data["corpus"], device, data["peaks"], Path(workdir)),
+            )
+            for name in args.loop_contenders
+        ]
         for section, name, measure in sections:
             key = {"contender" if section != "features" else "name": name}
             if not budget.fits(section, "eager"):

@@ -43,19 +43,23 @@ from crossbert_model.objectives import pretraining_batch, targets_per_row  # noq
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = 30522  # BERT's WordPiece, as the GPU presets train
 # name -> model section (ModelArgs fields)
-OBJECTIVES = with_every_objective({
-    "flat_mlm15": {"objective": "mlm", "mask_ratio": 0.15},
-    "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.3},
-    "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
-    "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
-    "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
-})
+OBJECTIVES = with_every_objective(
+    {
+        "flat_mlm15": {"objective": "mlm", "mask_ratio": 0.15},
+        "flat_mlm30": {"objective": "mlm", "mask_ratio": 0.3},
+        "crossbert_r50_cms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
+        "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
+        "crossbert_r75_cms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
+    }
+)
 GOAL_MS = 3.0  # the goal: at most 3 ms per 64 x 512 rank batch on one core
 
 
 def masking_at(rev: str):
     """crossbert_model/masking.py as committed at `rev`, imported as a module of this package."""
-    source = subprocess.run(["git", "show", f"{rev}:crossbert_model/masking.py"], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{rev}:crossbert_model/masking.py"], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout
     spec = importlib.util.spec_from_loader(f"crossbert_model.masking_at_{rev}", loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "crossbert_model"  # its `from .config import ...`
@@ -114,7 +118,9 @@ def bench_randomness(args) -> list[dict]:
     def row_random():
         RowRandom(0, next(steps)).draws(args.rows, args.seq_len, 0)
 
-    times = interleaved({"torch_generator_per_row": per_row_generators, "RowRandom.draws": row_random}, args.rounds, clock=time.thread_time)
+    times = interleaved(
+        {"torch_generator_per_row": per_row_generators, "RowRandom.draws": row_random}, args.rounds, clock=time.thread_time
+    )
     return [{"randomness": name, "ms": 1e3 * statistics.median(t)} for name, t in times.items()]
 
 
@@ -142,8 +148,16 @@ def main() -> None:
     ]
     cols = ["objective", "before_ms", "after_ms", "x_before", "before_world_ms", "x_before_world", "goal_met"]
     table = "\n\n".join([markdown(rows, cols), markdown(randomness, ["randomness", "ms"]), "\n".join(f"- {n}" for n in notes)])
-    write(args.out, "host_packing", rows, table, randomness=randomness, notes=notes, args=vars(args),
-          load_average={"before": load_before, "after": load_after})  # fmt: skip
+    write(
+        args.out,
+        "host_packing",
+        rows,
+        table,
+        randomness=randomness,
+        notes=notes,
+        args=vars(args),
+        load_average={"before": load_before, "after": load_after},
+    )
 
 
 if __name__ == "__main__":

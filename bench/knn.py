@@ -48,7 +48,9 @@ def main() -> None:
             r.update(workload=workload, n_base=len(base), n_query=len(query))
         rows += workload_rows
         overlaps[workload] = overlap
-        tables.append(f"{workload}: base {len(base):,} x {base.shape[1]}, {len(query):,} queries, k={args.k}; neighbour-set overlap {overlap:.4f}")
+        tables.append(
+            f"{workload}: base {len(base):,} x {base.shape[1]}, {len(query):,} queries, k={args.k}; neighbour-set overlap {overlap:.4f}"
+        )
     table = markdown(rows, ["workload", "contender", "seconds", "queries_per_s", "x_vs_sklearn"]) + "\n\n" + "\n".join(tables)
     write(args.out, "knn", rows, table, neighbour_overlap=overlaps, k=args.k)
 
@@ -71,10 +73,14 @@ def compare(base: np.ndarray, query: np.ndarray, k: int, rounds: int) -> tuple[l
     times = interleaved({"sklearn_brute_cosine": sklearn_brute_cosine, "faiss_flat_ip": faiss_flat_ip}, rounds)
     overlap = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(out["faiss"], out["sklearn"])]))
     rows = [
-        {"contender": n, "seconds": float(np.median(t)), "queries_per_s": len(query) / float(np.median(t)),
-         "x_vs_sklearn": median_ratio(times, "sklearn_brute_cosine", n)}
+        {
+            "contender": n,
+            "seconds": float(np.median(t)),
+            "queries_per_s": len(query) / float(np.median(t)),
+            "x_vs_sklearn": median_ratio(times, "sklearn_brute_cosine", n),
+        }
         for n, t in times.items()
-    ]  # fmt: skip
+    ]
     return rows, overlap
 
 

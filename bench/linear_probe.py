@@ -31,8 +31,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for task in resolve_tasks(args.tasks):
             for phase in ("cold", "warm"):
-                settings = ProbeSettings(tasks=[task.name], probes=["linear"], results_dir=f"{tmp}/results",
-                                         cache_dir=f"{tmp}/features", force=True)  # fmt: skip
+                settings = ProbeSettings(
+                    tasks=[task.name], probes=["linear"], results_dir=f"{tmp}/results", cache_dir=f"{tmp}/features", force=True
+                )
                 runner = ProbeRunner(encoder, settings)
                 start = time.perf_counter()
                 df = runner.run([task])
@@ -40,11 +41,18 @@ def main() -> None:
                 main_rows = df[df["is_main"]]
                 search = sum(p["search_seconds"] for p in main_rows["protocol"])
                 final = sum(p["final_fit_seconds"] for p in main_rows["protocol"])
-                rows.append({
-                    "task": task.name, "phase": phase, "n_train": int(main_rows["n_train"].iloc[0]), "total_s": total,
-                    "encode_s": total - main_rows["probe_seconds"].sum(), "C_search_s": search, "final_fit_s": final,
-                    "encoded_sets": runner.cache.misses,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "task": task.name,
+                        "phase": phase,
+                        "n_train": int(main_rows["n_train"].iloc[0]),
+                        "total_s": total,
+                        "encode_s": total - main_rows["probe_seconds"].sum(),
+                        "C_search_s": search,
+                        "final_fit_s": final,
+                        "encoded_sets": runner.cache.misses,
+                    }
+                )
     table = markdown(rows, ["task", "phase", "n_train", "total_s", "encode_s", "C_search_s", "final_fit_s", "encoded_sets"])
     write(args.out, "linear_probe", rows, table, model=args.model)
 

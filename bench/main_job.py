@@ -24,7 +24,15 @@ REPO = Path(__file__).resolve().parent.parent
 def run_main_job(config: str, out_dir: Path) -> float:
     if out_dir.exists():
         sys.exit(f"{out_dir} exists: the main job would resume there and time nothing; pass a fresh --run-dir")
-    cmd = [sys.executable, "-m", "crossbert_eval.cli", "sweep", config, f"out_dir={out_dir}", f"train.data.cache_dir={out_dir}/cache"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "crossbert_eval.cli",
+        "sweep",
+        config,
+        f"out_dir={out_dir}",
+        f"train.data.cache_dir={out_dir}/cache",
+    ]
     print("running:", " ".join(cmd), flush=True)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=REPO)
@@ -55,10 +63,24 @@ def main() -> None:
         sys.exit(f"{SweepDir(root).timings}: no stage timings (is this a sweep folder?)")
     per_stage = timings.groupby("stage")["seconds"].agg(["sum", "count"])
     total = float(per_stage["sum"].sum())
-    rows = [{"stage": s, "units": int(r["count"]), "seconds": float(r["sum"]), "share_of_wall": float(r["sum"]) / wall if wall else None}
-            for s, r in per_stage.sort_values("sum", ascending=False).iterrows()]  # fmt: skip
+    rows = [
+        {
+            "stage": s,
+            "units": int(r["count"]),
+            "seconds": float(r["sum"]),
+            "share_of_wall": float(r["sum"]) / wall if wall else None,
+        }
+        for s, r in per_stage.sort_values("sum", ascending=False).iterrows()
+    ]
     if wall:
-        rows.append({"stage": "other (start-up, report, plots)", "units": "", "seconds": wall - total, "share_of_wall": (wall - total) / wall})
+        rows.append(
+            {
+                "stage": "other (start-up, report, plots)",
+                "units": "",
+                "seconds": wall - total,
+                "share_of_wall": (wall - total) / wall,
+            }
+        )
         rows.append({"stage": "wall", "units": "", "seconds": wall, "share_of_wall": 1.0})
     per_run = timings.pivot_table(index="run", columns="stage", values="seconds", aggfunc="sum").fillna(0.0)
     per_run["total"] = per_run.sum(axis=1)

@@ -40,14 +40,24 @@ def main() -> None:
     def evaluate(materialise: bool):
         task = local_mteb_task(get_task(args.task), materialise_labels=materialise)
         with tempfile.TemporaryDirectory() as tmp:
-            result = mteb.evaluate(model, [task], cache=mteb.ResultCache(cache_path=tmp), overwrite_strategy="always",
-                                   co2_tracker=False, show_progress_bar=False)  # fmt: skip
+            result = mteb.evaluate(
+                model,
+                [task],
+                cache=mteb.ResultCache(cache_path=tmp),
+                overwrite_strategy="always",
+                co2_tracker=False,
+                show_progress_bar=False,
+            )
         scores[materialise] = result.task_results[0].scores["test"][0]["main_score"]
 
     evaluate(True)  # warm the feature cache so both variants time evaluation only
-    times = interleaved({"mteb_column_labels": lambda: evaluate(False), "materialised_labels": lambda: evaluate(True)}, args.rounds)
-    rows = [{"variant": n, "seconds": sorted(t)[len(t) // 2], "x_vs_mteb_column_labels": median_ratio(times, "mteb_column_labels", n)}
-            for n, t in times.items()]  # fmt: skip
+    times = interleaved(
+        {"mteb_column_labels": lambda: evaluate(False), "materialised_labels": lambda: evaluate(True)}, args.rounds
+    )
+    rows = [
+        {"variant": n, "seconds": sorted(t)[len(t) // 2], "x_vs_mteb_column_labels": median_ratio(times, "mteb_column_labels", n)}
+        for n, t in times.items()
+    ]
     table = markdown(rows, ["variant", "seconds", "x_vs_mteb_column_labels"])
     table += f"\n\n{args.task} main score: {scores[False]:.6f} (mteb's labels) vs {scores[True]:.6f} (materialised)"
     assert scores[False] == scores[True]

@@ -38,14 +38,16 @@ from crossbert_model.train import step_generator  # noqa: E402
 from crossbert_model.utils import atomic_write_json, provenance  # noqa: E402
 
 # name -> model section (ModelArgs fields); "hf": Hugging Face's BERT at the shape, masked as flat_mlm
-CONTENDERS = with_every_objective({
-    "hf_bert_mlm": {"objective": "hf"},
-    "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
-    "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
-    "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
-    "crossbert_r75": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
-    "crossbert_r75_nocms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": False},
-})
+CONTENDERS = with_every_objective(
+    {
+        "hf_bert_mlm": {"objective": "hf"},
+        "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
+        "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
+        "crossbert_r50_nocms": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": False},
+        "crossbert_r75": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": True},
+        "crossbert_r75_nocms": {"objective": "crossbert", "mask_ratio": 0.75, "complementary_masking": False},
+    }
+)
 
 
 class Contender:
@@ -70,7 +72,9 @@ class Contender:
         batch = pretraining_batch(ids, torch.ones_like(ids), self.config, generator)
         with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
             if self.hf:
-                loss = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+                loss = self.model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+                ).loss
             else:
                 loss = self.model(**batch).loss
         loss.backward()
@@ -97,8 +101,14 @@ def bench_preset(preset, data, args, amp, peak) -> list[dict]:
                 c.step(data.train.get(sampler.indices(step, args.batch_size)), step_generator(0, step), amp)
             seconds[c.name] = (time.perf_counter() - start) / args.steps
         per_round.append(seconds)
-        logging.info("%s %s round %d/%d: %s", preset, args_dtype(amp), r + 1, args.rounds,
-                     ", ".join(f"{n} {s:.3f}s/step" for n, s in seconds.items()))  # fmt: skip
+        logging.info(
+            "%s %s round %d/%d: %s",
+            preset,
+            args_dtype(amp),
+            r + 1,
+            args.rounds,
+            ", ".join(f"{n} {s:.3f}s/step" for n, s in seconds.items()),
+        )
     rows = []
     baseline_mlm = "flat_mlm" if "flat_mlm" in args.contenders else None
     for c in contenders:
@@ -176,7 +186,9 @@ def main() -> None:
     for dtype in args.dtypes:
         amp = torch.bfloat16 if dtype == "bf16" else None
         if amp and speedup < 1.0 and not args.force_bf16:
-            notes.append(f"bf16 skipped: this CPU emulates bf16 (matmul at {speedup:.3f}x fp32 speed); --force-bf16 measures it anyway")
+            notes.append(
+                f"bf16 skipped: this CPU emulates bf16 (matmul at {speedup:.3f}x fp32 speed); --force-bf16 measures it anyway"
+            )
             continue
         peak = matmul_flops("cpu", "bfloat16" if amp else "float32")
         notes.append(f"{dtype} matmul peak (2048^3, best of 5): {peak / 1e9:.1f} GFLOP/s")

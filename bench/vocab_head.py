@@ -24,8 +24,10 @@ from _common import contender_config, setup  # noqa: E402  (puts the repository 
 
 from crossbert_model.utils import atomic_write_json, provenance  # noqa: E402
 
-OBJECTIVES = {"flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
-              "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True}}  # fmt: skip
+OBJECTIVES = {
+    "flat_mlm": {"objective": "mlm", "mask_ratio": 0.15},
+    "crossbert_r50": {"objective": "crossbert", "mask_ratio": 0.5, "complementary_masking": True},
+}
 
 
 def child(preset: str, objective: str, dtype: str, chunk_rows: int | None, steps: int, vocab: int) -> dict:
@@ -77,20 +79,40 @@ def main() -> None:
                 runs: dict[str, list[dict]] = {"full": [], "chunked": []}
                 for _ in range(args.rounds):  # interleaved: full, chunked, full, chunked, ...
                     for name, chunk in (("full", None), ("chunked", args.chunk_rows)):
-                        spec = {"preset": preset, "objective": objective, "dtype": dtype, "chunk_rows": chunk, "steps": args.steps,
-                                "vocab": args.vocab}  # fmt: skip
-                        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=True)
+                        spec = {
+                            "preset": preset,
+                            "objective": objective,
+                            "dtype": dtype,
+                            "chunk_rows": chunk,
+                            "steps": args.steps,
+                            "vocab": args.vocab,
+                        }
+                        out = subprocess.run(
+                            [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=True
+                        )
                         runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-                med = {name: {k: statistics.median(r[k] for r in rs) for k in ("step_s", "peak_rss_mib")} for name, rs in runs.items()}
-                row = {"preset": preset, "objective": objective, "dtype": dtype, "chunk_rows": args.chunk_rows,
-                       "full_step_s": med["full"]["step_s"], "chunked_step_s": med["chunked"]["step_s"],
-                       "step_ratio": med["chunked"]["step_s"] / med["full"]["step_s"],
-                       "full_peak_mib": med["full"]["peak_rss_mib"], "chunked_peak_mib": med["chunked"]["peak_rss_mib"],
-                       "peak_ratio": med["chunked"]["peak_rss_mib"] / med["full"]["peak_rss_mib"]}  # fmt: skip
+                med = {
+                    name: {k: statistics.median(r[k] for r in rs) for k in ("step_s", "peak_rss_mib")}
+                    for name, rs in runs.items()
+                }
+                row = {
+                    "preset": preset,
+                    "objective": objective,
+                    "dtype": dtype,
+                    "chunk_rows": args.chunk_rows,
+                    "full_step_s": med["full"]["step_s"],
+                    "chunked_step_s": med["chunked"]["step_s"],
+                    "step_ratio": med["chunked"]["step_s"] / med["full"]["step_s"],
+                    "full_peak_mib": med["full"]["peak_rss_mib"],
+                    "chunked_peak_mib": med["chunked"]["peak_rss_mib"],
+                    "peak_ratio": med["chunked"]["peak_rss_mib"] / med["full"]["peak_rss_mib"],
+                }
                 rows.append(row)
                 print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    atomic_write_json(Path(args.out) / "vocab_head.json", {"rows": rows, "rounds": args.rounds, "steps": args.steps, **provenance()})
+    atomic_write_json(
+        Path(args.out) / "vocab_head.json", {"rows": rows, "rounds": args.rounds, "steps": args.steps, **provenance()}
+    )
 
 
 if __name__ == "__main__":

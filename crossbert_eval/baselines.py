@@ -70,12 +70,27 @@ def _majority(task: Task, train: Split | None, evaluation: Split) -> list[Predic
         return []
     classes, counts = np.unique(train.labels, return_counts=True)
     top = classes[int(np.argmax(counts))]
-    return [Prediction("majority", np.full(len(evaluation), top), {"majority_class": int(top), "share_of_train": float(counts.max() / counts.sum())})]
+    return [
+        Prediction(
+            "majority",
+            np.full(len(evaluation), top),
+            {"majority_class": int(top), "share_of_train": float(counts.max() / counts.sum())},
+        )
+    ]
 
 
 def _chance(task: Task, train: Split | None, evaluation: Split) -> list[Prediction]:
-    return [Prediction("chance", None, {"draws": CHANCE_DRAWS, "seed": CHANCE_SEED,
-                                        "guess": "uniform over training scores' range" if task.is_regression else "uniform over training classes"})]  # fmt: skip
+    return [
+        Prediction(
+            "chance",
+            None,
+            {
+                "draws": CHANCE_DRAWS,
+                "seed": CHANCE_SEED,
+                "guess": "uniform over training scores' range" if task.is_regression else "uniform over training classes",
+            },
+        )
+    ]
 
 
 def _tfidf(task: Task, train: Split | None, evaluation: Split) -> list[Prediction]:
@@ -86,8 +101,12 @@ def _tfidf(task: Task, train: Split | None, evaluation: Split) -> list[Predictio
     # cosine it feeds
     fit_on = train if train is not None else evaluation
     vectoriser = TfidfVectorizer(**TFIDF_OPTIONS).fit(fit_on.texts + (fit_on.texts_pair or []))
-    protocol = {"features": "tfidf", **{k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()},
-                "vocabulary": len(vectoriser.vocabulary_), "fitted_on": "train split" if train is not None else "evaluation texts, unlabelled"}  # fmt: skip
+    protocol = {
+        "features": "tfidf",
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()},
+        "vocabulary": len(vectoriser.vocabulary_),
+        "fitted_on": "train split" if train is not None else "evaluation texts, unlabelled",
+    }
 
     def features(split: Split):
         u = vectoriser.transform(split.texts)
@@ -111,7 +130,11 @@ def _tfidf(task: Task, train: Split | None, evaluation: Split) -> list[Predictio
 
 
 # name -> what it computes from (task, capped training split, evaluation split)
-BASELINES: dict[str, Callable[[Task, Split | None, Split], list[Prediction]]] = {"chance": _chance, "majority": _majority, "tfidf": _tfidf}
+BASELINES: dict[str, Callable[[Task, Split | None, Split], list[Prediction]]] = {
+    "chance": _chance,
+    "majority": _majority,
+    "tfidf": _tfidf,
+}
 
 
 def _metrics(task: Task, probe: str) -> list[str]:
@@ -132,8 +155,19 @@ def _chance_scores(metric: str, task: Task, train: Split | None, evaluation: Spl
 
 
 def _rows(task: Task, name: str, split: str, train: Split | None, evaluation: Split, out: Prediction, key: str) -> list[dict]:
-    base = {"model": MODEL_PREFIX + name, "model_kind": "baseline", "baseline": name, "task": task.name, "family": task.family,
-            "split": split, "probe": out.probe, "n_train": len(train) if train is not None else 0, "n_eval": len(evaluation), "protocol": out.protocol, "unit": key}  # fmt: skip
+    base = {
+        "model": MODEL_PREFIX + name,
+        "model_kind": "baseline",
+        "baseline": name,
+        "task": task.name,
+        "family": task.family,
+        "split": split,
+        "probe": out.probe,
+        "n_train": len(train) if train is not None else 0,
+        "n_eval": len(evaluation),
+        "protocol": out.protocol,
+        "unit": key,
+    }
     rows = []
     for i, metric in enumerate(_metrics(task, out.probe)):
         if out.predictions is None:
@@ -158,19 +192,30 @@ def task_baselines(task: Task, store: ResultsStore, settings: BaselineSettings) 
         log.info("baselines: none for %s (its metric %s is mteb's own, not a probe metric)", task.name, unscored[0])
         return []
     zero_shot = not (task.train_split or task.holdout)  # chance and a TF-IDF cosine only: nothing to fit a class on
-    train = None if zero_shot else task.load_split(task.train_split, settings.data_root).subsample(settings.max_train, settings.seed)
+    train = (
+        None if zero_shot else task.load_split(task.train_split, settings.data_root).subsample(settings.max_train, settings.seed)
+    )
     written = []
     for split in task.eval_splits:
         evaluation = task.load_split(split, settings.data_root).subsample(settings.max_eval, settings.seed)
         data = _data_digest([evaluation] + ([train] if train is not None else []))
         for name, compute in BASELINES.items():
-            protocol = {"max_train": settings.max_train, "max_eval": settings.max_eval, "seed": settings.seed, "chance_draws": CHANCE_DRAWS,
-                        "tfidf": {k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()}}  # fmt: skip
+            protocol = {
+                "max_train": settings.max_train,
+                "max_eval": settings.max_eval,
+                "seed": settings.seed,
+                "chance_draws": CHANCE_DRAWS,
+                "tfidf": {k: list(v) if isinstance(v, tuple) else v for k, v in TFIDF_OPTIONS.items()},
+            }
             key = unit_key(model=MODEL_PREFIX + name, task=task.name, split=split, protocol=protocol, data=data)
             if store.claim(key) != CLAIMED:
                 continue
             try:
-                rows = [row for out in compute(task, train, evaluation) for row in _rows(task, name, split, train, evaluation, out, key)]
+                rows = [
+                    row
+                    for out in compute(task, train, evaluation)
+                    for row in _rows(task, name, split, train, evaluation, out, key)
+                ]
                 written += store.append(rows)
             finally:
                 store.release(key)

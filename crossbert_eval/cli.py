@@ -1,20 +1,20 @@
 """`crossbert` command line: thin wrappers over the library.
 
-    crossbert train CONFIG [key=value ...]     pre-train a flat MLM or a CrossBERT
-    crossbert presets [--seq-len 128]          size presets with parameter counts and FLOPs
-    crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
-    crossbert geometry MODEL --tasks ...       effective rank, anisotropy, uniformity, entropy per layer
-    crossbert tasks                            the task files and whether their data is present
-    crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online);
-                                               --benchmark "MTEB(eng, v2)": what of mteb's benchmark runs here
-    crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report; started
-                                               again (here or on machines sharing the folder), workers split it
-    crossbert sweep CONFIG --submitit          a cluster job per run through submitit (SLURM; submitit.* keys)
-    crossbert sweep CONFIG --limit N           a smoke test: every stage, a few steps, N examples per probe split
-    crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
-    crossbert report PATH                      tables, plots and report of a sweep, a zoo or any results folder
-    crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
-    crossbert export RUN_OR_CHECKPOINT DIR     a clean folder that loads without this package; --push org/name
+crossbert train CONFIG [key=value ...]     pre-train a flat MLM or a CrossBERT
+crossbert presets [--seq-len 128]          size presets with parameter counts and FLOPs
+crossbert probe MODEL --tasks ...          frozen linear / kNN / cosine probes, every layer if asked
+crossbert geometry MODEL --tasks ...       effective rank, anisotropy, uniformity, entropy per layer
+crossbert tasks                            the task files and whether their data is present
+crossbert mteb MODEL --benchmark local-eng mteb's evaluators on the local data (or the hub, online);
+                                           --benchmark "MTEB(eng, v2)": what of mteb's benchmark runs here
+crossbert sweep CONFIG [key=value ...]     objectives x sizes: train, probe, tables, plots, report; started
+                                           again (here or on machines sharing the folder), workers split it
+crossbert sweep CONFIG --submitit          a cluster job per run through submitit (SLURM; submitit.* keys)
+crossbert sweep CONFIG --limit N           a smoke test: every stage, a few steps, N examples per probe split
+crossbert zoo CONFIG [key=value ...]       probe a list of pretrained encoders: tables, plots, report
+crossbert report PATH                      tables, plots and report of a sweep, a zoo or any results folder
+crossbert plateau SWEEP_DIR                unigram entropies of runs trained before they were recorded
+crossbert export RUN_OR_CHECKPOINT DIR     a clean folder that loads without this package; --push org/name
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import sys
 from crossbert_model.errors import USER_ERROR_EXIT, debug_requested, exit_on_user_error
 
 from crossbert_model.defaults import DTYPES, FEATURES_DIR, MAX_LENGTH, MTEB_DIR, POOLINGS, RESULTS_DIR
+
 # Each numeric option's limit has one home, crossbert_model.limits (or the config field it mirrors): argparse refuses a
 # value out of it in one line naming the option, before any model loads.
 from crossbert_model.limits import POSITIVE, POSITIVE_INT, SECONDS, SEED, limit_of
@@ -67,15 +68,17 @@ def resolved_config_text(cfg) -> str:
     d = describe(model_config(cfg.model, cfg.data), cfg.data.seq_len)
     steps = f"{cfg.total_steps()} (from max_tokens={cfg.max_tokens:,})" if cfg.max_tokens else str(cfg.total_steps())
     predictor = f", predictor {format_count(d['params_predictor'])}" if d["params_predictor"] else ""
-    return "\n".join([
-        dump_yaml(cfg).rstrip(),
-        f"# model.preset={cfg.model.preset} objective={cfg.model.objective} resolves to: hidden_size={d['hidden_size']} "
-        f"layers={d['layers']} heads={d['heads']} mask_ratio={d['mask_ratio']:g}",
-        f"# parameters: encoder non-embedding {format_count(d['params_encoder_non_embedding'])}, embedding "
-        f"{format_count(d['params_embedding'])} (vocabulary {cfg.data.vocab_size:,} until the tokenizer is known){predictor}",
-        f"# training FLOPs per corpus token {format_count(d['train_flops_per_token'])}; steps {steps}; "
-        f"run folder {cfg.run_dir} (not created)",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            dump_yaml(cfg).rstrip(),
+            f"# model.preset={cfg.model.preset} objective={cfg.model.objective} resolves to: hidden_size={d['hidden_size']} "
+            f"layers={d['layers']} heads={d['heads']} mask_ratio={d['mask_ratio']:g}",
+            f"# parameters: encoder non-embedding {format_count(d['params_encoder_non_embedding'])}, embedding "
+            f"{format_count(d['params_embedding'])} (vocabulary {cfg.data.vocab_size:,} until the tokenizer is known){predictor}",
+            f"# training FLOPs per corpus token {format_count(d['train_flops_per_token'])}; steps {steps}; "
+            f"run folder {cfg.run_dir} (not created)",
+        ]
+    )
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -85,25 +88,57 @@ def _presets(args: argparse.Namespace) -> None:
     from crossbert_model.objectives import describe, objective_names
     from crossbert_model.train_config import ModelArgs, model_config
 
-    print(f"Parameters and training FLOPs per corpus token (sequence length {args.seq_len}, vocabulary {args.vocab_size:,}); "
-          "predictor share = predictor / encoder non-embedding parameters.")  # fmt: skip
-    header = ("preset", "objective", "d", "L", "H", "pred LxW", "enc non-emb", "embedding", "predictor", "share", "head",
-              "FLOPs enc", "FLOPs pred", "FLOPs head", "FLOPs/tok")  # fmt: skip
+    print(
+        f"Parameters and training FLOPs per corpus token (sequence length {args.seq_len}, vocabulary {args.vocab_size:,}); "
+        "predictor share = predictor / encoder non-embedding parameters."
+    )
+    header = (
+        "preset",
+        "objective",
+        "d",
+        "L",
+        "H",
+        "pred LxW",
+        "enc non-emb",
+        "embedding",
+        "predictor",
+        "share",
+        "head",
+        "FLOPs enc",
+        "FLOPs pred",
+        "FLOPs head",
+        "FLOPs/tok",
+    )
     widths = (7, 9, 4, 3, 3, 8, 11, 9, 9, 6, 6, 9, 10, 10, 9)
     print("  ".join(f"{h:>{w}}" if i > 1 else f"{h:{w}}" for i, (h, w) in enumerate(zip(header, widths))) + "  where")
     for name, preset in PRESETS.items():
         for objective in objective_names():
-            c = model_config(ModelArgs(preset=name, objective=objective), DataArgs(vocab_size=args.vocab_size, seq_len=args.seq_len))
+            c = model_config(
+                ModelArgs(preset=name, objective=objective), DataArgs(vocab_size=args.vocab_size, seq_len=args.seq_len)
+            )
             d = describe(c, args.seq_len)
             has_predictor = d["params_predictor"] > 0  # "-" in the predictor's cells of an objective without one
-            cells = (name, objective, d["hidden_size"], d["layers"], d["heads"],
-                     f"{c.predictor_layers}x{c.predictor_hidden_size}" if has_predictor else "-",
-                     format_count(d["params_encoder_non_embedding"]), format_count(d["params_embedding"]),
-                     format_count(d["params_predictor"]) if has_predictor else "-",
-                     f"{d['predictor_share']:.0%}" if has_predictor else "-", format_count(d["params_head"]),
-                     format_count(d["train_flops_encoder"]), format_count(d["train_flops_predictor"]),
-                     format_count(d["train_flops_head"]), format_count(d["train_flops_per_token"]))  # fmt: skip
-            print("  ".join(f"{c!s:>{w}}" if i > 1 else f"{c!s:{w}}" for i, (c, w) in enumerate(zip(cells, widths))) + f"  {preset.device_hint}")
+            cells = (
+                name,
+                objective,
+                d["hidden_size"],
+                d["layers"],
+                d["heads"],
+                f"{c.predictor_layers}x{c.predictor_hidden_size}" if has_predictor else "-",
+                format_count(d["params_encoder_non_embedding"]),
+                format_count(d["params_embedding"]),
+                format_count(d["params_predictor"]) if has_predictor else "-",
+                f"{d['predictor_share']:.0%}" if has_predictor else "-",
+                format_count(d["params_head"]),
+                format_count(d["train_flops_encoder"]),
+                format_count(d["train_flops_predictor"]),
+                format_count(d["train_flops_head"]),
+                format_count(d["train_flops_per_token"]),
+            )
+            print(
+                "  ".join(f"{c!s:>{w}}" if i > 1 else f"{c!s:{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
+                + f"  {preset.device_hint}"
+            )
 
 
 def _csv(value: str) -> list[str]:
@@ -134,8 +169,13 @@ def _layer_spec(option: str):
 
 def _encoder_options(args: argparse.Namespace) -> dict:
     """How `crossbert probe` / `geometry` load the model (FrozenEncoder.load's options)."""
-    return {"max_length": args.max_length, "batch_size": args.batch_size, "dtype": args.dtype, "allow_pickle": args.allow_pickle,
-            "trust_remote_code": args.trust_remote_code}  # fmt: skip
+    return {
+        "max_length": args.max_length,
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+        "allow_pickle": args.allow_pickle,
+        "trust_remote_code": args.trust_remote_code,
+    }
 
 
 def _resolved_root(args: argparse.Namespace) -> str:
@@ -154,16 +194,23 @@ def check_names_early(args: argparse.Namespace) -> None:
     from crossbert_model.errors import CrossbertError
 
     if args.command == "baselines" and not args.tasks and not folder_probe_config(Path(args.folder)).get("probe_tasks"):
-        raise CrossbertError(f"--tasks: {args.folder} is not a sweep or zoo folder with probe_tasks; name the tasks (comma-separated)")
+        raise CrossbertError(
+            f"--tasks: {args.folder} is not a sweep or zoo folder with probe_tasks; name the tasks (comma-separated)"
+        )
     if args.command == "probe":
         from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, PROBES
 
-        for option, given, known in (("--probe", args.probe, PROBES), ("--feature-transform", args.feature_transform, FEATURE_TRANSFORM_NAMES)):
+        for option, given, known in (
+            ("--probe", args.probe, PROBES),
+            ("--feature-transform", args.feature_transform, FEATURE_TRANSFORM_NAMES),
+        ):
             for name in _csv(given):
                 if name not in known:
                     hint = close_matches(name, known)
-                    raise CrossbertError(f"{option} {name}: expected one or more of {', '.join(known)} (comma-separated)"
-                                         + (f"; did you mean {' or '.join(hint)}?" if hint else ""))  # fmt: skip
+                    raise CrossbertError(
+                        f"{option} {name}: expected one or more of {', '.join(known)} (comma-separated)"
+                        + (f"; did you mean {' or '.join(hint)}?" if hint else "")
+                    )
     if args.command in ("probe", "geometry") or (args.command == "baselines" and args.tasks):
         from crossbert_eval.tasks import resolve_tasks
 
@@ -182,7 +229,9 @@ def check_names_early(args: argparse.Namespace) -> None:
         if not path.exists():
             siblings = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
             hint = close_matches(path.name, siblings)
-            raise CrossbertError(f"model {model!r}: no such folder{'; did you mean ' + ' or '.join(str(path.parent / h) for h in hint) + '?' if hint else ''}")
+            raise CrossbertError(
+                f"model {model!r}: no such folder{'; did you mean ' + ' or '.join(str(path.parent / h) for h in hint) + '?' if hint else ''}"
+            )
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -199,10 +248,20 @@ def _probe(args: argparse.Namespace) -> None:
     knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
     with settings_as_options():
         settings = ProbeSettings(
-            tasks=_csv(args.tasks), probes=_csv(args.probe), layers=args.layers, poolings=args.pooling,
-            pair_mode=args.pair_mode, seed=args.seed, results_dir=args.results_dir, cache_dir=args.cache_dir, force=args.force,
-            data_root=_resolved_root(args), feature_transforms=_csv(args.feature_transform), max_train=args.max_train, **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
-        )  # fmt: skip
+            tasks=_csv(args.tasks),
+            probes=_csv(args.probe),
+            layers=args.layers,
+            poolings=args.pooling,
+            pair_mode=args.pair_mode,
+            seed=args.seed,
+            results_dir=args.results_dir,
+            cache_dir=args.cache_dir,
+            force=args.force,
+            data_root=_resolved_root(args),
+            feature_transforms=_csv(args.feature_transform),
+            max_train=args.max_train,
+            **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+        )
         runner = probe_model(args.model, settings, **_encoder_options(args))
     print(probe_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
@@ -220,9 +279,14 @@ def _geometry(args: argparse.Namespace) -> None:
     set_offline_env()
     with settings_as_options():
         settings = GeometrySettings(
-            tasks=_csv(args.tasks), layers=args.layers, poolings=args.pooling, results_dir=args.results_dir, cache_dir=args.cache_dir,
-            force=args.force, data_root=_resolved_root(args),
-        )  # fmt: skip
+            tasks=_csv(args.tasks),
+            layers=args.layers,
+            poolings=args.pooling,
+            results_dir=args.results_dir,
+            cache_dir=args.cache_dir,
+            force=args.force,
+            data_root=_resolved_root(args),
+        )
         runner = geometry_model(args.model, settings, **_encoder_options(args))
     print(geometry_text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
@@ -238,11 +302,13 @@ def _mteb_layers(args: argparse.Namespace) -> LayerSpec:
     from crossbert_model.errors import CrossbertError
 
     if args.layer is not None and args.layers is not None:
-        raise CrossbertError(f"--layer {args.layer} and --layers {args.layers}: give --layers only "
-                             "(--layer is its deprecated alias)")  # fmt: skip
+        raise CrossbertError(
+            f"--layer {args.layer} and --layers {args.layers}: give --layers only (--layer is its deprecated alias)"
+        )
     if args.layer is not None:
-        logging.getLogger(__name__).warning("--layer is deprecated and goes in the next release: use --layers %s (same grammar)",
-                                            args.layer)  # fmt: skip
+        logging.getLogger(__name__).warning(
+            "--layer is deprecated and goes in the next release: use --layers %s (same grammar)", args.layer
+        )
         return args.layer
     return LayerSpec.LAST if args.layers is None else args.layers
 
@@ -254,10 +320,16 @@ def _mteb(args: argparse.Namespace) -> None:
 
     with settings_as_options():
         settings = MtebSettings(
-            tasks=_csv(args.tasks or ""), benchmark=args.benchmark, layers=layers, pooling=args.pooling, out_dir=args.out_dir,
-            results_dir=args.results_dir, cache_dir=None if args.no_feature_cache else args.cache_dir, overwrite=args.overwrite,
+            tasks=_csv(args.tasks or ""),
+            benchmark=args.benchmark,
+            layers=layers,
+            pooling=args.pooling,
+            out_dir=args.out_dir,
+            results_dir=args.results_dir,
+            cache_dir=None if args.no_feature_cache else args.cache_dir,
+            overwrite=args.overwrite,
             data_root=_resolved_root(args),
-        )  # fmt: skip
+        )
         rows, run = run_mteb(args.model, settings, **_encoder_options(args))
     print(mteb_text_table(rows, run.plan, run.wall_s))
 
@@ -297,8 +369,10 @@ def _reliance(args: argparse.Namespace) -> None:
     for key, value in out.items():
         print(f"{key:<{width}}  {value:.4f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
     answer = {True: "carries context", False: "does NOT carry context", None: "no answer (no margin below the unigram entropy)"}
-    print(f"\nthe encoder rule (order-blind encoder loses >= {ENCODER_RELIANCE_SHARE:g} of the margin): "
-          f"{answer[out['encoder_carries_context']]}")
+    print(
+        f"\nthe encoder rule (order-blind encoder loses >= {ENCODER_RELIANCE_SHARE:g} of the margin): "
+        f"{answer[out['encoder_carries_context']]}"
+    )
 
 
 def _plateau(args: argparse.Namespace) -> None:
@@ -374,25 +448,47 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
     """How a frozen encoder is loaded and run: the same options for probe, geometry and mteb.
     `model_max_length`: --max-length defaults to the model's own (mteb: MTEB truncates where the model does)."""
     if model_max_length:
-        p.add_argument("--max-length", type=limited(POSITIVE_INT), default=None,
-                       help="tokens per text, at most the model's positions (default: the model's own sentence-transformers "
-                            f"max_seq_length, as MTEB runs it; else {MAX_LENGTH}; fewer where the model has fewer positions)")
+        p.add_argument(
+            "--max-length",
+            type=limited(POSITIVE_INT),
+            default=None,
+            help="tokens per text, at most the model's positions (default: the model's own sentence-transformers "
+            f"max_seq_length, as MTEB runs it; else {MAX_LENGTH}; fewer where the model has fewer positions)",
+        )
     else:
-        p.add_argument("--max-length", type=limited(POSITIVE_INT), default=None,
-                       help=f"tokens per text, at most the model's positions (default: {MAX_LENGTH}, fewer where the model has fewer positions)")
-    p.add_argument("--batch-size", type=limited(POSITIVE_INT), default=256, help="max sequences per batch (also capped at 8192 padded tokens)")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES,
-                   help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)")
+        p.add_argument(
+            "--max-length",
+            type=limited(POSITIVE_INT),
+            default=None,
+            help=f"tokens per text, at most the model's positions (default: {MAX_LENGTH}, fewer where the model has fewer positions)",
+        )
+    p.add_argument(
+        "--batch-size",
+        type=limited(POSITIVE_INT),
+        default=256,
+        help="max sequences per batch (also capped at 8192 padded tokens)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=DTYPES,
+        help="feature precision: fp32 (default, the same numbers on every machine), bf16 autocast, or auto (bf16 where measured faster)",
+    )
     p.add_argument("--allow-pickle", action="store_true", help="load pickle weights (pytorch_model.bin) of a folder you trust")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the Python code a model folder carries (its auto_map) to load it: only for a folder you trust; "
-                        "recorded in every result row. Our own checkpoints never need it")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the Python code a model folder carries (its auto_map) to load it: only for a folder you trust; "
+        "recorded in every result row. Our own checkpoints never need it",
+    )
 
 
 def _add_store_options(p: argparse.ArgumentParser) -> None:
     """Where probe and geometry read data and write rows and features."""
     p.add_argument("--results", dest="results_dir", default=RESULTS_DIR, help="results store folder (results.jsonl)")
-    p.add_argument("--cache", dest="cache_dir", default=FEATURES_DIR, help="feature cache folder (shared by probe, geometry and mteb)")
+    p.add_argument(
+        "--cache", dest="cache_dir", default=FEATURES_DIR, help="feature cache folder (shared by probe, geometry and mteb)"
+    )
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.add_argument("--force", action="store_true", help="re-run units already in the results store")
 
@@ -408,13 +504,24 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _add_export(sub) -> None:
-    p = sub.add_parser("export", help="a clean checkpoint folder that loads without this package (transformers, "
-                                      "sentence-transformers), with a model card; --push uploads it to the Hub")  # fmt: skip
-    p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a checkpoint folder, or a run folder (its latest complete checkpoint)")
+    p = sub.add_parser(
+        "export",
+        help="a clean checkpoint folder that loads without this package (transformers, "
+        "sentence-transformers), with a model card; --push uploads it to the Hub",
+    )
+    p.add_argument(
+        "source", metavar="RUN_OR_CHECKPOINT", help="a checkpoint folder, or a run folder (its latest complete checkpoint)"
+    )
     p.add_argument("dest", metavar="DIR", help="a new (or empty) folder to write")
-    p.add_argument("--results", dest="results_dir", default=RESULTS_DIR,
-                   help="results store whose rows of this checkpoint go into the model card")
-    p.add_argument("--push", metavar="ORG/NAME", default=None, help="upload DIR to this Hub model repository (needs CROSSBERT_ONLINE=1)")
+    p.add_argument(
+        "--results",
+        dest="results_dir",
+        default=RESULTS_DIR,
+        help="results store whose rows of this checkpoint go into the model card",
+    )
+    p.add_argument(
+        "--push", metavar="ORG/NAME", default=None, help="upload DIR to this Hub model repository (needs CROSSBERT_ONLINE=1)"
+    )
     p.set_defaults(func=_export)
 
 
@@ -436,49 +543,89 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="crossbert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help="tracebacks for errors and verbose library logs (or CROSSBERT_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="pre-train one model (resumes from the run folder's latest checkpoint)",
-                       description="Pre-train one model. Every config key below can be set in the YAML file or as "
-                                   "section.key=value after it; --print-config shows the result.",
-                       epilog=_train_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "train",
+        help="pre-train one model (resumes from the run folder's latest checkpoint)",
+        description="Pre-train one model. Every config key below can be set in the YAML file or as "
+        "section.key=value after it; --print-config shows the result.",
+        epilog=_train_keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config", help="YAML config (see configs/train/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.preset=mini steps=2000")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the resolved config (file + overrides, checked; the preset's shape, parameters, FLOPs) and "
-                        "exit without training or creating the run folder")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (file + overrides, checked; the preset's shape, parameters, FLOPs) and "
+        "exit without training or creating the run folder",
+    )
     p.set_defaults(func=_train)
 
-    p = sub.add_parser("probe", help="probe a frozen encoder (checkpoint, run folder, HF / sentence-transformers folder, or 'minilm')")
+    p = sub.add_parser(
+        "probe", help="probe a frozen encoder (checkpoint, run folder, HF / sentence-transformers folder, or 'minilm')"
+    )
     p.add_argument("model")
     p.add_argument("--tasks", required=True, help="comma-separated task names, a family (glue, sts, ...) or all")
     p.add_argument("--probe", default="linear,knn,cosine", help="linear, knn, cosine (each task runs those that apply)")
-    p.add_argument("--layers", type=_layer_spec("--layers"), default=LayerSpec.LAST,
-                   help="all | last | N | N,M,... (0 = embedding output)")
-    p.add_argument("--pooling", type=_poolings, default=None,
-                   help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
-    p.add_argument("--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]")
+    p.add_argument(
+        "--layers", type=_layer_spec("--layers"), default=LayerSpec.LAST, help="all | last | N | N,M,... (0 = embedding output)"
+    )
+    p.add_argument(
+        "--pooling",
+        type=_poolings,
+        default=None,
+        help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean",
+    )
+    p.add_argument(
+        "--pair-mode", default="joint", choices=["joint", "senteval"], help="pair tasks: one sequence, or [u,v,|u-v|,u*v]"
+    )
     p.add_argument("--k", type=limited(POSITIVE_INT), default=None, help="kNN neighbours (default: probes.KNN_K, DINO's 20)")
-    p.add_argument("--temperature", type=limited(POSITIVE), default=None, help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)")
+    p.add_argument(
+        "--temperature",
+        type=limited(POSITIVE),
+        default=None,
+        help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)",
+    )
     p.add_argument("--seed", type=limited(SEED), default=0, help="the probes' seed")
-    p.add_argument("--max-train", type=limited(POSITIVE_INT), default=None, metavar="N",
-                   help="a seeded subsample of N examples of each probe's train split, as sweeps' max_probe_train "
-                        "(encodes N texts, not all 67,349 of SST-2); recorded as max_train in every row (default: all)")
-    p.add_argument("--feature-transform", default="raw",
-                   help="raw, centred, whitened (comma-separated): the cosine and kNN probes' features, each transform "
-                        "fitted on the task's training split (the linear probe takes raw features)")
+    p.add_argument(
+        "--max-train",
+        type=limited(POSITIVE_INT),
+        default=None,
+        metavar="N",
+        help="a seeded subsample of N examples of each probe's train split, as sweeps' max_probe_train "
+        "(encodes N texts, not all 67,349 of SST-2); recorded as max_train in every row (default: all)",
+    )
+    p.add_argument(
+        "--feature-transform",
+        default="raw",
+        help="raw, centred, whitened (comma-separated): the cosine and kNN probes' features, each transform "
+        "fitted on the task's training split (the linear probe takes raw features)",
+    )
     _add_encoder_options(p)
     _add_store_options(p)
     p.set_defaults(func=_probe)
 
-    p = sub.add_parser("geometry", help="geometry of a frozen encoder's features per layer (RankMe, anisotropy, uniformity, entropy)")
-    p.add_argument("model", help="as for `crossbert probe`: checkpoint, run folder, HF / sentence-transformers folder, or 'minilm'")
+    p = sub.add_parser(
+        "geometry", help="geometry of a frozen encoder's features per layer (RankMe, anisotropy, uniformity, entropy)"
+    )
+    p.add_argument(
+        "model", help="as for `crossbert probe`: checkpoint, run folder, HF / sentence-transformers folder, or 'minilm'"
+    )
     p.add_argument("--tasks", required=True, help="comma-separated task names, a family or all: their evaluation splits' texts")
-    p.add_argument("--layers", type=_layer_spec("--layers"), default=LayerSpec.ALL,
-                   help="all | last | N | N,M,... (0 = embedding output)")
-    p.add_argument("--pooling", type=_poolings, default=None,
-                   help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean")
+    p.add_argument(
+        "--layers", type=_layer_spec("--layers"), default=LayerSpec.ALL, help="all | last | N | N,M,... (0 = embedding output)"
+    )
+    p.add_argument(
+        "--pooling",
+        type=_poolings,
+        default=None,
+        help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean",
+    )
     _add_encoder_options(p)
     _add_store_options(p)
     p.set_defaults(func=_geometry)
@@ -486,15 +633,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mteb", help="run mteb's own evaluators on a frozen encoder (local data by default)")
     p.add_argument("model")
     p.add_argument("--tasks", default=None, help="comma-separated MTEB task names")
-    p.add_argument("--benchmark", default=None,
-                   help='local-eng: every local MTEB task; or an mteb benchmark, e.g. "MTEB(eng, v2)": '
-                        "its tasks that have local data")
-    p.add_argument("--layers", type=_layer_spec("--layers"), default=None,
-                   help="all | last | N | N,M,... (0 = embedding output; default last): the texts are encoded once and every "
-                        "layer is scored; published scores are compared with the last layer at the model's own pooling only")
-    p.add_argument("--layer", type=_layer_spec("--layer"), default=None,
-                   help="deprecated alias of --layers (same grammar), removed in the next release")
-    p.add_argument("--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean")
+    p.add_argument(
+        "--benchmark",
+        default=None,
+        help='local-eng: every local MTEB task; or an mteb benchmark, e.g. "MTEB(eng, v2)": its tasks that have local data',
+    )
+    p.add_argument(
+        "--layers",
+        type=_layer_spec("--layers"),
+        default=None,
+        help="all | last | N | N,M,... (0 = embedding output; default last): the texts are encoded once and every "
+        "layer is scored; published scores are compared with the last layer at the model's own pooling only",
+    )
+    p.add_argument(
+        "--layer",
+        type=_layer_spec("--layer"),
+        default=None,
+        help="deprecated alias of --layers (same grammar), removed in the next release",
+    )
+    p.add_argument(
+        "--pooling", default=None, choices=POOLINGS, help="default: the model's own (sentence-transformers config), else mean"
+    )
     p.add_argument("--out", dest="out_dir", default=MTEB_DIR, help="run folder: mteb's result JSONs and caches")
     p.add_argument("--results", dest="results_dir", default=None, help="results store (default: OUT/results)")
     p.add_argument("--cache", dest="cache_dir", default=FEATURES_DIR, help="feature cache shared with `crossbert probe`")
@@ -507,15 +666,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="a scale sweep: train every (objective, size, seed), probe every checkpoint, report")
     p.add_argument("config", help="YAML sweep config (see configs/sweep/)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. budget_tokens=500000 sizes=[nano,tiny]")
-    p.add_argument("--submitit", action="store_true",
-                   help="submit a job per run through submitit (SLURM where sbatch is found; shape from the config's "
-                        "submitit section, e.g. submitit.partition=learn submitit.gpus_per_node=1)")  # fmt: skip
-    p.add_argument("--budget-s", type=limited(SECONDS), default=None, metavar="SECONDS",
-                   help="wall-clock budget of this worker: once a run has been timed, runs predicted not to end in time "
-                        "are skipped (and recorded), then the report is built (the config key budget_s)")
-    p.add_argument("--limit", type=limited(POSITIVE_INT), default=None, metavar="N",
-                   help="a smoke test of the whole pipeline: a few training steps per run and at most N examples per probe "
-                        "split, into the folder <name>-limitN; its numbers mean nothing (the config key limit)")
+    p.add_argument(
+        "--submitit",
+        action="store_true",
+        help="submit a job per run through submitit (SLURM where sbatch is found; shape from the config's "
+        "submitit section, e.g. submitit.partition=learn submitit.gpus_per_node=1)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=limited(SECONDS),
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock budget of this worker: once a run has been timed, runs predicted not to end in time "
+        "are skipped (and recorded), then the report is built (the config key budget_s)",
+    )
+    p.add_argument(
+        "--limit",
+        type=limited(POSITIVE_INT),
+        default=None,
+        metavar="N",
+        help="a smoke test of the whole pipeline: a few training steps per run and at most N examples per probe "
+        "split, into the folder <name>-limitN; its numbers mean nothing (the config key limit)",
+    )
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")
@@ -523,34 +695,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. name=my_zoo max_probe_train=2000")
     p.set_defaults(func=_zoo)
 
-    p = sub.add_parser("report", help="tables, plots and report of a sweep, a zoo, or any results folder (each model's layer curves)")
-    p.add_argument("sweep_dir", metavar="PATH",
-                   help="a sweep or zoo folder, or a --results folder of crossbert probe / geometry / mteb")
+    p = sub.add_parser(
+        "report", help="tables, plots and report of a sweep, a zoo, or any results folder (each model's layer curves)"
+    )
+    p.add_argument(
+        "sweep_dir", metavar="PATH", help="a sweep or zoo folder, or a --results folder of crossbert probe / geometry / mteb"
+    )
     p.set_defaults(func=_report)
 
     p = sub.add_parser("plateau", help="unigram entropies (the plateau) of a sweep's runs trained before they were recorded")
     p.add_argument("sweep_dir")
     p.add_argument("overrides", nargs="*", help="key=value overrides of its sweep.yaml, e.g. train.data.cache_dir=runs/cache")
-    p.add_argument("--tokenizer", default=None,
-                   help="the tokenizer its runs were trained with (default: SWEEP_DIR/tokenizer, else the run's checkpoint)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the tokenizer its runs were trained with (default: SWEEP_DIR/tokenizer, else the run's checkpoint)",
+    )
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_plateau)
 
-    p = sub.add_parser("reliance", help="does a checkpoint's encoder carry context? its loss with the encoder order-blind "
-                                        "and bypassed, and per layer how much token identity and word order explain")
+    p = sub.add_parser(
+        "reliance",
+        help="does a checkpoint's encoder carry context? its loss with the encoder order-blind "
+        "and bypassed, and per layer how much token identity and word order explain",
+    )
     p.add_argument("checkpoint", help="a training checkpoint folder (runs/<name>/checkpoints/step_N)")
     p.add_argument("overrides", nargs="*", help="key=value overrides of its run's config, e.g. data.cache_dir=runs/cache")
-    p.add_argument("--eval-sequences", type=limited(POSITIVE_INT), default=None,
-                   help="validation sequences to measure on (default: the run's own eval_sequences)")
+    p.add_argument(
+        "--eval-sequences",
+        type=limited(POSITIVE_INT),
+        default=None,
+        help="validation sequences to measure on (default: the run's own eval_sequences)",
+    )
     p.set_defaults(func=_reliance)
 
-    p = sub.add_parser("baselines", help="chance, majority-class and TF-IDF baselines of tasks, on the probes' own splits, into "
-                                         "FOLDER/baselines (a sweep's or zoo's report draws them beside its models)")
-    p.add_argument("folder", metavar="FOLDER", help="a sweep or zoo folder (its probe_tasks and max_probe_train are read from its "
-                                                    "sweep.yaml / zoo.yaml), or any folder with --tasks")
-    p.add_argument("--tasks", default=None, help="comma-separated task names, a family or all (default: the folder's probe_tasks and its local mteb_tasks)")
-    p.add_argument("--max-train", type=limited(POSITIVE_INT), default=None, metavar="N",
-                   help="the seeded cap of each training split, as the probes' (default: the folder's max_probe_train, else all)")
+    p = sub.add_parser(
+        "baselines",
+        help="chance, majority-class and TF-IDF baselines of tasks, on the probes' own splits, into "
+        "FOLDER/baselines (a sweep's or zoo's report draws them beside its models)",
+    )
+    p.add_argument(
+        "folder",
+        metavar="FOLDER",
+        help="a sweep or zoo folder (its probe_tasks and max_probe_train are read from its "
+        "sweep.yaml / zoo.yaml), or any folder with --tasks",
+    )
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated task names, a family or all (default: the folder's probe_tasks and its local mteb_tasks)",
+    )
+    p.add_argument(
+        "--max-train",
+        type=limited(POSITIVE_INT),
+        default=None,
+        metavar="N",
+        help="the seeded cap of each training split, as the probes' (default: the folder's max_probe_train, else all)",
+    )
     p.add_argument("--data-root", default=None, help="data root (default: $CROSSBERT_DATA_ROOT or ../shared/data)")
     p.set_defaults(func=_baselines)
 
@@ -581,11 +782,27 @@ def configure_logging(debug: bool) -> None:
 # The library names a refused setting by its field (crossbert_eval.settings.SettingError: "probe setting 'k': ..."); the
 # command line says it with the option (settings_as_options): "--k: ...".
 OPTION_OF = {
-    "tasks": "--tasks", "probes": "--probe", "layers": "--layers", "poolings": "--pooling", "pooling": "--pooling",
-    "pair_mode": "--pair-mode", "k": "--k", "temperature": "--temperature", "seed": "--seed", "max_train": "--max-train",
-    "feature_transforms": "--feature-transform", "force": "--force", "data_root": "--data-root", "benchmark": "--benchmark",
-    "overwrite": "--overwrite", "results_dir": "--results", "cache_dir": "--cache", "out_dir": "--out", "dest": "DIR", "folder": "FOLDER",
-}  # fmt: skip
+    "tasks": "--tasks",
+    "probes": "--probe",
+    "layers": "--layers",
+    "poolings": "--pooling",
+    "pooling": "--pooling",
+    "pair_mode": "--pair-mode",
+    "k": "--k",
+    "temperature": "--temperature",
+    "seed": "--seed",
+    "max_train": "--max-train",
+    "feature_transforms": "--feature-transform",
+    "force": "--force",
+    "data_root": "--data-root",
+    "benchmark": "--benchmark",
+    "overwrite": "--overwrite",
+    "results_dir": "--results",
+    "cache_dir": "--cache",
+    "out_dir": "--out",
+    "dest": "DIR",
+    "folder": "FOLDER",
+}
 # The options that name where a command writes: checked before any work (crossbert_model.utils.check_outside_data_root).
 OUTPUT_OPTIONS = ("results_dir", "cache_dir", "out_dir", "dest", "folder")
 

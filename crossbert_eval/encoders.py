@@ -151,8 +151,15 @@ def read_sentence_transformers_layout(folder: Path) -> StLayout | None:
     unsupported = mode if mode is not None and supported is None else None
     others = tuple(name for name in by_class if name not in ("Transformer", "Pooling", "Normalize"))
     transformer_folder = folder / transformer.get("path", "")
-    return StLayout(transformer_folder, supported, "Normalize" in by_class, pooling_config, unsupported, others,
-                    _st_max_seq_length(transformer_folder))  # fmt: skip
+    return StLayout(
+        transformer_folder,
+        supported,
+        "Normalize" in by_class,
+        pooling_config,
+        unsupported,
+        others,
+        _st_max_seq_length(transformer_folder),
+    )
 
 
 def _st_max_seq_length(transformer_folder: Path) -> int | None:
@@ -277,14 +284,22 @@ def _classify(folder: Path, name: str) -> ModelSource:
     if layout is not None:  # sentence-transformers: the Transformer module's folder holds the HF model
         folder, kind = layout.transformer_folder, "sentence-transformers"
         if layout.other_modules:
-            log.warning("%s: modules %s come after pooling in this sentence-transformers model; the frozen features "
-                        "are the pooled transformer output without them", name, ", ".join(layout.other_modules))  # fmt: skip
+            log.warning(
+                "%s: modules %s come after pooling in this sentence-transformers model; the frozen features "
+                "are the pooled transformer output without them",
+                name,
+                ", ".join(layout.other_modules),
+            )
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise EncoderError(f"{folder}: not a model folder (no config.json)")
     config = _read_json(config_file)
     architectures = config.get("architectures") or []
-    if config.get("is_decoder") or config.get("is_encoder_decoder") or any(a.endswith(NOT_ENCODER_SUFFIXES) for a in architectures):
+    if (
+        config.get("is_decoder")
+        or config.get("is_encoder_decoder")
+        or any(a.endswith(NOT_ENCODER_SUFFIXES) for a in architectures)
+    ):
         raise EncoderError(
             f"{config_file}: not an encoder (model_type {config.get('model_type')!r}, architectures {architectures}); "
             "the probes need a bidirectional text encoder (ours, BERT-like, or sentence-transformers)"
@@ -329,8 +344,10 @@ def fitted_max_length(source: ModelSource, tokenizer, asked: int | None, own: bo
     limit = model_positions(source, tokenizer)
     if asked is not None:
         if limit is not None and asked > limit:
-            raise EncoderError(f"--max-length {asked}: {source.name} has positions for at most {limit} tokens "
-                               f"(max_position_embeddings / the tokenizer's model_max_length); give at most {limit}")  # fmt: skip
+            raise EncoderError(
+                f"--max-length {asked}: {source.name} has positions for at most {limit} tokens "
+                f"(max_position_embeddings / the tokenizer's model_max_length); give at most {limit}"
+            )
         return asked
     # neither the caller nor the model (sentence-transformers' max_seq_length) says: the probes' default
     default = (source.max_seq_length if own else None) or MAX_LENGTH
@@ -399,17 +416,32 @@ def check_config_matches_weights(folder: Path, trust_remote_code: bool) -> None:
         with torch.device("meta"):
             model = AutoModel.from_config(config, trust_remote_code=code_allowed(folder, trust_remote_code))
     except Exception as e:  # whatever an impossible config makes a model class raise: the file is at fault, not this tool
-        raise EncoderError(f"{where}: describes no model AutoModel can build ({type(e).__name__}: {one_line(str(e))[:200]})") from None
+        raise EncoderError(
+            f"{where}: describes no model AutoModel can build ({type(e).__name__}: {one_line(str(e))[:200]})"
+        ) from None
     for name, tensor in model.state_dict().items():
         found = shapes.get(name) or next((s for n, s in shapes.items() if n.endswith("." + name)), None)
         if found is not None and tuple(tensor.shape) != found:
-            raise EncoderError(f"{where}: describes another model than its weights: {name} is {found} in the weights, "
-                               f"{tuple(tensor.shape)} by config.json")
+            raise EncoderError(
+                f"{where}: describes another model than its weights: {name} is {found} in the weights, "
+                f"{tuple(tensor.shape)} by config.json"
+            )
 
 
 class FrozenEncoder:
-    def __init__(self, source: ModelSource, model, tokenizer, *, max_length: int, batch_size: int, device: torch.device, amp,
-                 max_batch_tokens: int, trust_remote_code: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        source: ModelSource,
+        model,
+        tokenizer,
+        *,
+        max_length: int,
+        batch_size: int,
+        device: torch.device,
+        amp,
+        max_batch_tokens: int,
+        trust_remote_code: bool = False,
+    ):
         self.source, self.model, self.tokenizer = source, model, tokenizer
         self.max_length, self.batch_size, self.device, self.amp = max_length, batch_size, device, amp
         self.max_batch_tokens = max_batch_tokens
@@ -419,9 +451,18 @@ class FrozenEncoder:
 
     @classmethod
     def load(
-        cls, spec: str, *, max_length: int | None = None, own_length: bool = False, batch_size: int = 256, dtype: str = "fp32",
-        device: str | None = None, max_batch_tokens: int = 8192, allow_pickle: bool = False, trust_remote_code: bool = False,
-    ):  # fmt: skip
+        cls,
+        spec: str,
+        *,
+        max_length: int | None = None,
+        own_length: bool = False,
+        batch_size: int = 256,
+        dtype: str = "fp32",
+        device: str | None = None,
+        max_batch_tokens: int = 8192,
+        allow_pickle: bool = False,
+        trust_remote_code: bool = False,
+    ):
         """`dtype` fp32 by default: frozen evaluation is exact unless the user asks for bf16 ('auto' picks
         bf16 where it is faster). `allow_pickle`: load pytorch_model.bin when there is no safetensors.
         `max_length`: tokens per text, at most the model's positions; None: crossbert_model.defaults.MAX_LENGTH (with
@@ -444,12 +485,16 @@ class FrozenEncoder:
         try:
             # use_safetensors=True: transformers must never fall back to unpickling a .bin it finds
             safetensors_only = None if allow_pickle else True
-            model = from_pretrained(AutoModel, source.folder, trust_remote_code=trust_remote_code, use_safetensors=safetensors_only)
+            model = from_pretrained(
+                AutoModel, source.folder, trust_remote_code=trust_remote_code, use_safetensors=safetensors_only
+            )
         except pickle.UnpicklingError as e:  # torch's weights_only refused a pickle that asks for more than tensors
             blocked = re.search(r"unsupported GLOBAL (\S+)", str(e))
-            raise EncoderError(f"{source.folder}: its pickle weights ask to run code when unpickled"
-                               f"{f' ({blocked.group(1)})' if blocked else ''}: refused even with --allow-pickle, which reads "
-                               "tensors only; convert the weights to safetensors where they come from") from None
+            raise EncoderError(
+                f"{source.folder}: its pickle weights ask to run code when unpickled"
+                f"{f' ({blocked.group(1)})' if blocked else ''}: refused even with --allow-pickle, which reads "
+                "tensors only; convert the weights to safetensors where they come from"
+            ) from None
         except (OSError, ValueError) as e:
             raise EncoderError(f"{source.folder}: could not load the model with AutoModel ({one_line(str(e))[:300]})") from None
         if source.kind == "crossbert":
@@ -457,9 +502,17 @@ class FrozenEncoder:
         check_finite_weights(model.state_dict().items(), str(source.folder))  # NaN features would follow, and be cached
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.to(dev).eval().requires_grad_(False)
-        return cls(source, model, tokenizer, max_length=max_length, batch_size=batch_size, device=dev,
-                   amp=autocast_dtype(dtype, dev), max_batch_tokens=max_batch_tokens,
-                   trust_remote_code=code_allowed(source.folder, trust_remote_code))  # fmt: skip
+        return cls(
+            source,
+            model,
+            tokenizer,
+            max_length=max_length,
+            batch_size=batch_size,
+            device=dev,
+            amp=autocast_dtype(dtype, dev),
+            max_batch_tokens=max_batch_tokens,
+            trust_remote_code=code_allowed(source.folder, trust_remote_code),
+        )
 
     @property
     def default_pooling(self) -> str:
@@ -534,7 +587,13 @@ class FrozenEncoder:
 
     @torch.inference_mode()
     def encode(
-        self, texts: list[str], texts_pair: list[str] | None = None, *, layers: list[int], poolings: list[str], desc: str = "encoding"
+        self,
+        texts: list[str],
+        texts_pair: list[str] | None = None,
+        *,
+        layers: list[int],
+        poolings: list[str],
+        desc: str = "encoding",
     ) -> dict[tuple[int, str], np.ndarray]:
         """Features {(layer, pooling): float32 (n, d)} for every text (or text pair, as one sequence)."""
         for p in poolings:
@@ -595,7 +654,9 @@ class FeatureCache:
 
     def path(self, key: dict) -> Path:
         """Content-addressed: the probe runner and the mteb runner share features of the same texts."""
-        return self.root / key["model_fingerprint"] / f"{key['texts']}-L{key['layer']}-{key['pooling']}-{stable_hash(key, 12)}.npy"
+        return (
+            self.root / key["model_fingerprint"] / f"{key['texts']}-L{key['layer']}-{key['pooling']}-{stable_hash(key, 12)}.npy"
+        )
 
     @staticmethod
     def _cached(path: Path, label: str, rows: int) -> np.ndarray | None:
@@ -620,12 +681,16 @@ class FeatureCache:
             self.misses += len(missing)
             need_layers = sorted({l for l, _ in missing})
             need_pools = sorted({p for _, p in missing}, key=POOLINGS.index)
-            log.info("encoding %s with %s: %d texts, layers %s, pooling %s", label, encoder.name, len(texts), need_layers, need_pools)
+            log.info(
+                "encoding %s with %s: %d texts, layers %s, pooling %s", label, encoder.name, len(texts), need_layers, need_pools
+            )
             fresh = encoder.encode(texts, texts_pair, layers=need_layers, poolings=need_pools, desc=f"encode {label}")
             bad = [k for k in missing if not np.isfinite(fresh[k]).all()]
             if bad:  # refused before anything is cached or probed
-                raise EncoderError(f"{encoder.name}: its features of {label} hold NaN or Inf at layer {bad[0][0]} "
-                                   f"({bad[0][1]} pooling): refused, nothing cached (try --dtype fp32 if it ran in bf16)")
+                raise EncoderError(
+                    f"{encoder.name}: its features of {label} hold NaN or Inf at layer {bad[0][0]} "
+                    f"({bad[0][1]} pooling): refused, nothing cached (try --dtype fp32 if it ran in bf16)"
+                )
             for k in missing:
                 with atomic_path(paths[k]) as tmp:
                     with open(tmp, "wb") as f:

@@ -136,8 +136,16 @@ class ModelRecord:
     details: dict = field(default_factory=dict)  # the rest: fingerprint, parameter counts, tokens, FLOPs, losses, ...
 
     def row(self) -> dict:
-        return {"run": self.run, "objective": self.line, "size": self.point, "seed": self.seed, "step": self.step,
-                "total_steps": self.total_steps, "checkpoint": self.checkpoint, **self.details}  # fmt: skip
+        return {
+            "run": self.run,
+            "objective": self.line,
+            "size": self.point,
+            "seed": self.seed,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "checkpoint": self.checkpoint,
+            **self.details,
+        }
 
 
 class ModelRecords:

@@ -59,7 +59,9 @@ def checkpoint_to_export(spec: str | Path) -> Path:
         return latest[1]
     checkpoint = CheckpointDir(path)
     if checkpoint.run is not None and not checkpoint.is_complete:
-        raise ExportError(f"{path}: an incomplete checkpoint (no {checkpoint.complete_marker.name} marker); export a complete one")
+        raise ExportError(
+            f"{path}: an incomplete checkpoint (no {checkpoint.complete_marker.name} marker); export a complete one"
+        )
     read_config(path)  # one line naming the file when it is not one of ours
     return path
 
@@ -103,7 +105,9 @@ def rows_of_checkpoint(checkpoint: Path, results_dir: str | Path | None) -> list
     return [r for r in rows if r.get("model_fingerprint") == fingerprint]
 
 
-def export_checkpoint(spec: str | Path, dest: str | Path, results_dir: str | Path | None = None, push: str | None = None) -> Exported:
+def export_checkpoint(
+    spec: str | Path, dest: str | Path, results_dir: str | Path | None = None, push: str | None = None
+) -> Exported:
     dest = Path(dest)
     checkpoint = checkpoint_to_export(spec)
     check_destination(dest)
@@ -137,10 +141,13 @@ def upload(folder: Path, repo_id: str) -> str:
     api = HfApi()
     try:
         api.create_repo(repo_id, repo_type="model", exist_ok=True)
-        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                                   commit_message=f"crossbert export of {folder.name}")  # fmt: skip
+        commit = api.upload_folder(
+            folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=f"crossbert export of {folder.name}"
+        )
     except (HfHubHTTPError, OSError) as e:  # OSError: no route to the hub (requests' ConnectionError is one)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ExportError(f"--push {repo_id}: the upload failed ({first}); {folder} is written: upload it with "
-                          f"`hf upload {repo_id} {folder}` once the hub is reachable and you are logged in (`hf auth login`)") from None  # fmt: skip
+        raise ExportError(
+            f"--push {repo_id}: the upload failed ({first}); {folder} is written: upload it with "
+            f"`hf upload {repo_id} {folder}` once the hub is reachable and you are logged in (`hf auth login`)"
+        ) from None
     return getattr(commit, "commit_url", None) or f"https://huggingface.co/{repo_id}"

@@ -46,8 +46,15 @@ GEOMETRY_PROTOCOL = {
     "seed": GEOMETRY_SEED,
     "centred": "raw features, and *_centred metrics after subtracting the features' mean",
 }
-METRICS = ("effective_rank", "effective_rank_centred", "anisotropy", "uniformity", "dataset_entropy", "dataset_entropy_centred",
-           "dataset_entropy_normalised")  # fmt: skip
+METRICS = (
+    "effective_rank",
+    "effective_rank_centred",
+    "anisotropy",
+    "uniformity",
+    "dataset_entropy",
+    "dataset_entropy_centred",
+    "dataset_entropy_normalised",
+)
 
 
 def _as_float64(x: np.ndarray) -> np.ndarray:

@@ -81,10 +81,17 @@ class GeometryRunner:
 
     def _unit(self, task: Task, split_name: str, split: Split, layer: int, pooling: str) -> str:
         return unit_key(
-            model=self.encoder.fingerprint, task=task.name, split=split_name, probe=PROBE_NAME, layer=layer, pooling=pooling,
-            pair_mode=None, protocol=protocol_for(task), data=texts_digest(split.texts, split.texts_pair),
+            model=self.encoder.fingerprint,
+            task=task.name,
+            split=split_name,
+            probe=PROBE_NAME,
+            layer=layer,
+            pooling=pooling,
+            pair_mode=None,
+            protocol=protocol_for(task),
+            data=texts_digest(split.texts, split.texts_pair),
             **self.encoder.feature_signature,
-        )  # fmt: skip
+        )
 
     def features(self, task: Task, split_name: str, split: Split, layers, poolings) -> dict:
         """{(layer, pooling): (n or 2n, d)}: cached by content, so the probe runner's features are read, not re-encoded."""
@@ -109,17 +116,23 @@ class GeometryRunner:
                 continue
             try:
                 if feats is None:  # read only once a unit is ours, all the layers still to do at once
-                    feats = self.features(task, split_name, split, sorted({u[0] for u in todo}), list(dict.fromkeys(u[1] for u in todo)))
+                    feats = self.features(
+                        task, split_name, split, sorted({u[0] for u in todo}), list(dict.fromkeys(u[1] for u in todo))
+                    )
                 started = time.perf_counter()
                 values = G.geometry(feats[(layer, pooling)])
-                unit_rows = self._rows(task, split_name, layer, pooling, key, len(feats[(layer, pooling)]), values, time.perf_counter() - started)
+                unit_rows = self._rows(
+                    task, split_name, layer, pooling, key, len(feats[(layer, pooling)]), values, time.perf_counter() - started
+                )
                 rows.extend(self.store.append(unit_rows))
             finally:
                 self.store.release(key)
             bar.update(1)
         return rows
 
-    def _rows(self, task: Task, split_name: str, layer: int, pooling: str, key: str, n: int, values: dict, seconds: float) -> list[dict]:
+    def _rows(
+        self, task: Task, split_name: str, layer: int, pooling: str, key: str, n: int, values: dict, seconds: float
+    ) -> list[dict]:
         base = {
             **row_base(self.encoder, task, split_name, PROBE_NAME, layer, pooling, self.pooling_source),
             "pair_mode": None,
@@ -140,7 +153,12 @@ class GeometryRunner:
                 except TaskDataMissing as e:  # reported, never silently skipped
                     log.error("%s", e)
                     self.missing[task.name] = str(e)
-        bar = tqdm(total=len(plans) * len(self.layers) * len(self.poolings), desc=f"geometry {self.encoder.name}", unit="unit", disable=None)
+        bar = tqdm(
+            total=len(plans) * len(self.layers) * len(self.poolings),
+            desc=f"geometry {self.encoder.name}",
+            unit="unit",
+            disable=None,
+        )
         keys = set()
         for task, split_name in plans:
             split = task.load_split(split_name, self.s.data_root)
@@ -156,8 +174,11 @@ def geometry_model(model: str, settings: GeometrySettings, **encoder_options) ->
     settings.validate()
     tasks = resolve_tasks(settings.tasks)
     if not tasks:
-        raise SettingError(settings.FIELD_KIND, "tasks",
-                           f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
+        raise SettingError(
+            settings.FIELD_KIND,
+            "tasks",
+            f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}",
+        )
     encoder = FrozenEncoder.load(model, **encoder_options)
     runner = GeometryRunner(encoder, settings)
     runner.frame = runner.run(tasks)

@@ -73,11 +73,17 @@ def make_executor(cfg: SweepConfig) -> submitit.AutoExecutor:
     folder = Path(args.folder) if args.folder else SweepDir(cfg.root).submitit
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=args.cluster)
     params = {
-        "name": f"sweep-{cfg.name}", "timeout_min": args.timeout_min, "cpus_per_task": args.cpus_per_task,
-        "gpus_per_node": args.gpus_per_node, "mem_gb": args.mem_gb, "nodes": 1, "tasks_per_node": 1,
-        "slurm_partition": args.partition, "slurm_array_parallelism": args.max_parallel,
+        "name": f"sweep-{cfg.name}",
+        "timeout_min": args.timeout_min,
+        "cpus_per_task": args.cpus_per_task,
+        "gpus_per_node": args.gpus_per_node,
+        "mem_gb": args.mem_gb,
+        "nodes": 1,
+        "tasks_per_node": 1,
+        "slurm_partition": args.partition,
+        "slurm_array_parallelism": args.max_parallel,
         **{f"slurm_{key}": value for key, value in args.slurm.items()},
-    }  # fmt: skip
+    }
     try:
         executor.update_parameters(**params)
     except (NameError, TypeError, ValueError, AssertionError) as e:  # submitit's own checks: unknown or mistyped names
@@ -94,16 +100,17 @@ def submit_sweep(cfg: SweepConfig) -> Path:
     sweep.write_manifest()
     submitted = submit_runs(executor, sweep)
     if not cfg.submitit.wait:
-        log.info("sweep %s: %d job(s) submitted; the last to finish rebuilds %s", cfg.name, len(submitted),
-                 sweep.folder.report)
+        log.info("sweep %s: %d job(s) submitted; the last to finish rebuilds %s", cfg.name, len(submitted), sweep.folder.report)
         return sweep.root
     failed = [s for s in submitted if not _succeeded(s)]
     if len(failed) < len(submitted) or not submitted:
         sweep.report()
     if failed:
         logs = "; ".join(f"{s.run} (job {s.job.job_id}, log {s.job.paths.stderr})" for s in failed)
-        raise SweepJobsFailed(f"sweep {cfg.name}: {len(failed)} of {len(submitted)} run job(s) failed: {logs}; "
-                              "run the same command again to retry them")  # fmt: skip
+        raise SweepJobsFailed(
+            f"sweep {cfg.name}: {len(failed)} of {len(submitted)} run job(s) failed: {logs}; "
+            "run the same command again to retry them"
+        )
     return sweep.root
 
 

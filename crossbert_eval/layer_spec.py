@@ -43,7 +43,9 @@ class LayerSpec:
     def __post_init__(self) -> None:
         numbered = self.which == "numbers" and bool(self.numbers) and all(map(_is_int, self.numbers))
         if not (numbered or self.which in ("all", "last") and not self.numbers):
-            raise LayerSpecError(f"LayerSpec({self.which!r}, {self.numbers!r}): expected 'all', 'last', or 'numbers' with layer numbers")
+            raise LayerSpecError(
+                f"LayerSpec({self.which!r}, {self.numbers!r}): expected 'all', 'last', or 'numbers' with layer numbers"
+            )
 
     @classmethod
     def parse(cls, spec) -> LayerSpec:
@@ -91,5 +93,7 @@ LayerSpec.LAST = LayerSpec("last")
 LAYERS = Parsed("crossbert_eval.layer_spec:LayerSpec.parse", shown="all|last|N,M,...", heavy=False)
 
 # The limit of a settings field that holds a LayerSpec (ProbeSettings.layers, ...): a spec parsed where it entered, never text.
-TYPED_LAYERS = Check(lambda value: None if isinstance(value, LayerSpec) else "a LayerSpec (LayerSpec.parse('all|last|N,M,...'))",
-                     shown="a LayerSpec")  # fmt: skip
+TYPED_LAYERS = Check(
+    lambda value: None if isinstance(value, LayerSpec) else "a LayerSpec (LayerSpec.parse('all|last|N,M,...'))",
+    shown="a LayerSpec",
+)

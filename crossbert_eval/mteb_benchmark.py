@@ -39,8 +39,10 @@ class BenchmarkPlan:
         tasks = {t.name: t for t in all_tasks().values()}
         kinds = [data_status(tasks.get(local)) for local in self.ran.values()]
         counts = ", ".join(f"{kinds.count(k)} {DATA_STATUS[k]}" for k in DATA_STATUS if kinds.count(k))
-        return (f"coverage: {len(self.ran)} of {self.size} {self.name} tasks ran on local data ({counts or 'none'}); "
-                f"{len(self.skipped)} skipped")  # fmt: skip
+        return (
+            f"coverage: {len(self.ran)} of {self.size} {self.name} tasks ran on local data ({counts or 'none'}); "
+            f"{len(self.skipped)} skipped"
+        )
 
     def report(self) -> str:
         """The coverage line, the skipped tasks with where each was looked for, and the .vN notes."""
@@ -90,15 +92,19 @@ def plan_benchmark(name: str, root=None) -> tuple[list, BenchmarkPlan]:
         task = standing.get(mteb_name)
         why = None
         if task is None:
-            why = (f"no task file in {tasks_dir()} declares it (as its name or mteb.variant_of); mteb's data: "
-                   f"{_hub_source(hub_task)} on the Hugging Face hub")  # fmt: skip
+            why = (
+                f"no task file in {tasks_dir()} declares it (as its name or mteb.variant_of); mteb's data: "
+                f"{_hub_source(hub_task)} on the Hugging Face hub"
+            )
         else:
             local = local_mteb_task(task, root)
             splits = [s for s in hub_task.eval_splits if s in local.eval_splits]
             subsets = [s for s in hub_task.hf_subsets if s in local.hf_subsets]
             if not splits or not subsets:
-                why = (f"{task.source_file} has splits {local.eval_splits} / subsets {local.hf_subsets}; the benchmark "
-                       f"asks for {hub_task.eval_splits} / {hub_task.hf_subsets}")  # fmt: skip
+                why = (
+                    f"{task.source_file} has splits {local.eval_splits} / subsets {local.hf_subsets}; the benchmark "
+                    f"asks for {hub_task.eval_splits} / {hub_task.hf_subsets}"
+                )
             else:
                 local.filter_eval_splits(splits).hf_subsets = subsets
                 try:
@@ -147,7 +153,9 @@ def resolve_mteb_tasks(names: list[str], benchmark: str | None, root=None) -> tu
         try:
             hub_task = mteb.get_task(name)
         except (KeyError, ValueError):
-            raise MtebError(f"mteb has no task named {name!r}, and no task file in tasks/ declares it (local: {', '.join(sorted(local))})") from None
+            raise MtebError(
+                f"mteb has no task named {name!r}, and no task file in tasks/ declares it (local: {', '.join(sorted(local))})"
+            ) from None
         if not online():
             variant = f"; the local variant {variants[name]} stands for it (not MTEB's exact data)" if name in variants else ""
             raise TaskDataMissing(

@@ -251,15 +251,30 @@ def encoder_facts(encoder: FrozenEncoder, st_root: Path | None, st_config: dict,
     }
     known = registry_meta(meta_name(encoder))
     if known is not None:  # fill what the folder does not say
-        for field in ("languages", "license", "release_date", "training_datasets", "public_training_code",
-                      "public_training_data", "reference", "citation"):  # fmt: skip
+        for field in (
+            "languages",
+            "license",
+            "release_date",
+            "training_datasets",
+            "public_training_code",
+            "public_training_data",
+            "reference",
+            "citation",
+        ):
             if facts.get(field) is None:
                 facts[field] = getattr(known, field)
     return facts
 
 
-def model_meta(encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, prompts: dict | None = None,
-               st_root: Path | None = None, st_config: dict | None = None):  # fmt: skip
+def model_meta(
+    encoder: FrozenEncoder,
+    layer: int,
+    pooling: str,
+    normalize: bool,
+    prompts: dict | None = None,
+    st_root: Path | None = None,
+    st_config: dict | None = None,
+):
     """The ModelMeta mteb writes beside the results (model_meta.json): see the module docstring."""
     from mteb.models.model_meta import ModelMeta
 
@@ -267,8 +282,14 @@ def model_meta(encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool
         facts = checkpoint_facts(encoder)
     else:
         facts = encoder_facts(encoder, st_root, st_config or {}, prompts or {})
-    defaults = {"release_date": None, "languages": None, "license": None, "training_datasets": None,
-                "public_training_code": None, "public_training_data": None}  # fmt: skip
+    defaults = {
+        "release_date": None,
+        "languages": None,
+        "license": None,
+        "training_datasets": None,
+        "public_training_code": None,
+        "public_training_data": None,
+    }
     return ModelMeta(
         loader=None,
         name=meta_name(encoder),
@@ -369,9 +390,13 @@ class MtebEncoderMethods:
 
 
 def make_mteb_encoder(
-    encoder: FrozenEncoder, layer: int, pooling: str | None, cache: FeatureCache | None = None, normalize: bool | None = None,
+    encoder: FrozenEncoder,
+    layer: int,
+    pooling: str | None,
+    cache: FeatureCache | None = None,
+    normalize: bool | None = None,
     features: LayerFeatures | None = None,
-):  # fmt: skip
+):
     """`pooling` None: the model's own (encoder.default_pooling). `normalize` None: as the model itself
     does (sentence-transformers' Normalize module). `features`: the LayerFeatures this layer's wrapper shares
     with the wrappers of other layers (mteb_runner.run_mteb makes one per run; its pooling must be this

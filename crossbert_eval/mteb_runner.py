@@ -113,7 +113,9 @@ class MtebSettings:
     tasks: list[str] = field(default_factory=list)  # mteb task names (local task files' or mteb's own)
     benchmark: str | None = None  # local-eng, or an mteb benchmark: its tasks that have local data
     layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.LAST  # every layer scored, the texts encoded once
-    pooling: Annotated[str | None, OneOf(*POOLINGS)] = None  # None: the model's own (its sentence-transformers Pooling module, else mean)
+    pooling: Annotated[str | None, OneOf(*POOLINGS)] = (
+        None  # None: the model's own (its sentence-transformers Pooling module, else mean)
+    )
     out_dir: str | Path = MTEB_DIR  # mteb's result folder and caches
     results_dir: str | None = None  # the results store (None: out_dir/results)
     cache_dir: str | None = FEATURES_DIR  # the feature cache (None: none)
@@ -161,8 +163,11 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
     layer_indices = list(dict.fromkeys(encoder.layer_indices(s.layers)))  # '6,-1' on a 6-layer model: layer 6 once
     task_objects, plan = resolve_mteb_tasks(s.tasks, s.benchmark, s.data_root)
     if not task_objects:  # a benchmark none of whose tasks has local data here
-        raise MtebError(f"no task of {plan.name} has local data here\n{plan.report()}" if plan is not None else
-                        f"benchmark {s.benchmark}: no task file in tasks/ declares an mteb task")  # fmt: skip
+        raise MtebError(
+            f"no task of {plan.name} has local data here\n{plan.report()}"
+            if plan is not None
+            else f"benchmark {s.benchmark}: no task file in tasks/ declares an mteb task"
+        )
     if plan is not None:
         log.info("%s", plan.report())
     check_local_data(task_objects, s.data_root)
@@ -170,7 +175,9 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
     from .mteb_encoder import LayerFeatures, make_mteb_encoder  # imports mteb: after configure_offline
 
     shared = LayerFeatures(encoder, layer_indices, pooling, cache)
-    wrapped = {layer: make_mteb_encoder(encoder, layer, pooling, normalize=s.normalize, features=shared) for layer in layer_indices}
+    wrapped = {
+        layer: make_mteb_encoder(encoder, layer, pooling, normalize=s.normalize, features=shared) for layer in layer_indices
+    }
     published = {layer: layer == encoder.num_layers and pooling == encoder.source.default_pooling for layer in layer_indices}
     note_superseded(task_objects)
     rows = []
@@ -179,8 +186,11 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
         # features of small models; the warning changes nothing and buries the log.
         warnings.simplefilter("ignore", ConvergenceWarning)
         result_cache = mteb.ResultCache(cache_path=out_dir)
-        result_files = {(t.metadata.name, layer): Path(result_cache.get_task_result_path(t.metadata.name, w.mteb_model_meta))
-                        for t in task_objects for layer, w in wrapped.items()}  # fmt: skip
+        result_files = {
+            (t.metadata.name, layer): Path(result_cache.get_task_result_path(t.metadata.name, w.mteb_model_meta))
+            for t in task_objects
+            for layer, w in wrapped.items()
+        }
         drop_unverified_results(list(result_files.values()))
         for task in task_objects:
             name = task.metadata.name
@@ -201,8 +211,17 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
                 )
                 stamp_results([result_files[(name, layer)]])
                 w = wrapped[layer]
-                rows += result_rows(result, encoder, layer, pooling, w.normalize, {name: task}, pooling_source, w.costs,
-                                    published_setting=published[layer])  # fmt: skip
+                rows += result_rows(
+                    result,
+                    encoder,
+                    layer,
+                    pooling,
+                    w.normalize,
+                    {name: task},
+                    pooling_source,
+                    w.costs,
+                    published_setting=published[layer],
+                )
             shared.forget()  # the next task's texts are others
             if loaded_here:
                 task.unload_data()
@@ -212,9 +231,14 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
     store.append(rows if s.overwrite else new)
     folder = result_files[(task_objects[0].metadata.name, layer_indices[0])].parent
     if len(layer_indices) > 1:
-        folder = folder.parents[1] if folder.parent.name == "experiments" else folder  # the revision's folder (mteb's cache layout)
-        log.info("mteb: %d text set(s), each encoded (or read from the feature cache) once for the %d layers",
-                 shared.passes, len(layer_indices))  # fmt: skip
+        folder = (
+            folder.parents[1] if folder.parent.name == "experiments" else folder
+        )  # the revision's folder (mteb's cache layout)
+        log.info(
+            "mteb: %d text set(s), each encoded (or read from the feature cache) once for the %d layers",
+            shared.passes,
+            len(layer_indices),
+        )
     others = " (layers other than the model's own setting: its experiments/ folder)" if len(layer_indices) > 1 else ""
     log.info("mteb results: %s%s", folder, others)
     return rows, MtebRun(plan, time.perf_counter() - started)
@@ -261,8 +285,11 @@ def drop_unverified_results(paths: list[Path]) -> None:
         stamp = _stamp_of(path)
         if stamp.is_file() and read_text(stamp, "a result's SHA-256 stamp").strip() == sha256_file(path):
             continue
-        log.warning("%s: a cached mteb result %s: not trusted, evaluated again", path,
-                    "that changed since this tool wrote it" if stamp.is_file() else "this tool did not write")  # fmt: skip
+        log.warning(
+            "%s: a cached mteb result %s: not trusted, evaluated again",
+            path,
+            "that changed since this tool wrote it" if stamp.is_file() else "this tool did not write",
+        )
         path.unlink()
 
 
@@ -274,9 +301,16 @@ def stamp_results(paths: list[Path]) -> None:
 
 
 def result_rows(
-    result, encoder: FrozenEncoder, layer: int, pooling: str, normalize: bool, task_objects: dict, pooling_source: str = "user",
-    costs: dict | None = None, published_setting: bool | None = None,
-) -> list[dict]:  # fmt: skip
+    result,
+    encoder: FrozenEncoder,
+    layer: int,
+    pooling: str,
+    normalize: bool,
+    task_objects: dict,
+    pooling_source: str = "user",
+    costs: dict | None = None,
+    published_setting: bool | None = None,
+) -> list[dict]:
     """One row per (task, split, subset, metric). `costs` (the wrapper's, per task) adds what encoding took
     in this run; a task mteb answered from its result cache has none. `published_setting`: whether this is the
     layer and pooling a published score of the model is for (its last layer, its own pooling); None: the last
@@ -293,8 +327,17 @@ def result_rows(
         cost = (costs or {}).get(task_result.task_name)
         for split, subsets in task_result.scores.items():
             for scores in subsets:
-                key = unit_key(model=encoder.fingerprint, task=task_result.task_name, split=split, subset=scores["hf_subset"],
-                               probe="mteb", layer=layer, pooling=pooling, normalize=normalize, **encoder.feature_signature)  # fmt: skip
+                key = unit_key(
+                    model=encoder.fingerprint,
+                    task=task_result.task_name,
+                    split=split,
+                    subset=scores["hf_subset"],
+                    probe="mteb",
+                    layer=layer,
+                    pooling=pooling,
+                    normalize=normalize,
+                    **encoder.feature_signature,
+                )
                 base = {
                     **ident,
                     "task": task_result.task_name,
@@ -308,15 +351,18 @@ def result_rows(
                     "pooling": pooling,
                     "pooling_source": pooling_source,
                     "seed": task.seed,
-                    "protocol": {"mteb_version": task_result.mteb_version, "normalize": normalize,
-                                 "partial": bool(local_spec and local_spec.partial),
-                                 "local_data": type(task).__name__.startswith("Local"),
-                                 "data": data_status(local_task) if local_task else "mteb",
-                                 "data_differs": local_spec.data_differs if local_spec else None,
-                                 "variant_of": local_spec.variant_of if local_spec else None,
-                                 "dataset_revision": task_result.dataset_revision,
-                                 "prompts": (cost or {}).get("prompts") or None,
-                                 "published_setting": published_setting},  # fmt: skip
+                    "protocol": {
+                        "mteb_version": task_result.mteb_version,
+                        "normalize": normalize,
+                        "partial": bool(local_spec and local_spec.partial),
+                        "local_data": type(task).__name__.startswith("Local"),
+                        "data": data_status(local_task) if local_task else "mteb",
+                        "data_differs": local_spec.data_differs if local_spec else None,
+                        "variant_of": local_spec.variant_of if local_spec else None,
+                        "dataset_revision": task_result.dataset_revision,
+                        "prompts": (cost or {}).get("prompts") or None,
+                        "published_setting": published_setting,
+                    },
                     # what the task cost: mteb's evaluation time (encoding + scoring), and our encoding in this
                     # run (0 texts: every feature came from the feature cache)
                     "eval_time_s": task_result.evaluation_time,

@@ -193,7 +193,10 @@ def clustering_dataset(task: Task, root):
     return DatasetDict(
         {
             "test": Dataset.from_dict(
-                {"sentences": [[s.texts[i] for i in idx] for idx in sets], "labels": [[int(s.labels[i]) for i in idx] for idx in sets]}
+                {
+                    "sentences": [[s.texts[i] for i in idx] for idx in sets],
+                    "labels": [[int(s.labels[i]) for i in idx] for idx in sets],
+                }
             )
         }
     )

@@ -60,7 +60,9 @@ class ProbeSettings:
     cache_dir: str = FEATURES_DIR
     force: bool = False
     data_root: str | None = None
-    max_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of the probe's train split (fast sweeps); None: all of it
+    max_train: Annotated[int | None, POSITIVE_INT] = (
+        None  # seeded subsample of the probe's train split (fast sweeps); None: all of it
+    )
     # seeded subsample of each evaluation split (smoke runs: `crossbert sweep --limit`); None: every evaluation example
     max_eval: Annotated[int | None, POSITIVE_INT] = None
     # probes.FEATURE_TRANSFORMS of the cosine and kNN probes, each its own units; fitted on the task's training split
@@ -154,17 +156,26 @@ class ProbeRunner:
         }
         protocol = {**{k: constants[k] for k in names[probe] if k in constants}, **transform_key(transform)}
         return unit_key(
-            model=self.encoder.fingerprint, task=task.name, split=split, probe=probe, layer=layer, pooling=pooling,
-            pair_mode=pair_mode, protocol=protocol, data=self._data_digest(task, split, _reads_train(probe, transform)),
+            model=self.encoder.fingerprint,
+            task=task.name,
+            split=split,
+            probe=probe,
+            layer=layer,
+            pooling=pooling,
+            pair_mode=pair_mode,
+            protocol=protocol,
+            data=self._data_digest(task, split, _reads_train(probe, transform)),
             **self.encoder.feature_signature,
-        )  # fmt: skip
+        )
 
     def _data_digest(self, task: Task, split: str, reads_train: bool) -> str:
         """What the unit was computed on: edited data files or task definitions give new units."""
         key = (task.name, split, reads_train)
         if key not in self._digests:
             parts = [self._eval_split(task, split)] + ([self._train_split(task)] if reads_train else [])
-            self._digests[key] = stable_hash([[texts_digest(p.texts, p.texts_pair), stable_hash(p.labels.tolist())] for p in parts])
+            self._digests[key] = stable_hash(
+                [[texts_digest(p.texts, p.texts_pair), stable_hash(p.labels.tolist())] for p in parts]
+            )
         return self._digests[key]
 
     def transforms_for(self, task: Task, probe: str) -> list[str]:
@@ -213,7 +224,9 @@ class ProbeRunner:
         units = self.plan(task)
         skipped = [p for p in self.s.probes if p not in task.default_probes]
         if skipped:
-            log.info("%s: probe(s) %s do not apply (task probes: %s)", task.name, ", ".join(skipped), ", ".join(task.default_probes))
+            log.info(
+                "%s: probe(s) %s do not apply (task probes: %s)", task.name, ", ".join(skipped), ", ".join(task.default_probes)
+            )
         self._log_untransformed(task)
         todo = [u for u in units if self.s.force or not self.store.done(u.key)]
         bar.update(len(units) - len(todo))
@@ -237,7 +250,9 @@ class ProbeRunner:
             left_out = [t for t in self.s.feature_transforms if t not in self.transforms_for(task, probe)]
             if left_out:
                 why = "it standardises its features" if probe == "linear" else "the task has no training split to fit them on"
-                log.info("%s: feature transform(s) %s not applied to the %s probe: %s", task.name, ", ".join(left_out), probe, why)
+                log.info(
+                    "%s: feature transform(s) %s not applied to the %s probe: %s", task.name, ", ".join(left_out), probe, why
+                )
 
     def _run_probe(self, task: Task, probe: str, units: list[Unit], bar: tqdm, skips: dict) -> list[dict]:
         """Each unit is claimed just before it is fitted, so concurrent runs on one store share the work
@@ -300,13 +315,23 @@ class ProbeRunner:
             out = P.ProbeOutput(P.cosine_similarity(*x_eval), {"similarity": "cosine"})
         elif probe == "linear":
             out = P.linear_probe(
-                x_train, train.labels, x_eval, regression=task.is_regression, select_metric=_metrics_for(task, probe)[0], seed=self.s.seed,
-            )  # fmt: skip
+                x_train,
+                train.labels,
+                x_eval,
+                regression=task.is_regression,
+                select_metric=_metrics_for(task, probe)[0],
+                seed=self.s.seed,
+            )
         else:
             out = P.knn_probe(
-                x_train, train.labels, x_eval, regression=task.is_regression,
-                num_classes=None if task.is_regression else task.class_count(self.s.data_root), k=self.s.k, temperature=self.s.temperature,
-            )  # fmt: skip
+                x_train,
+                train.labels,
+                x_eval,
+                regression=task.is_regression,
+                num_classes=None if task.is_regression else task.class_count(self.s.data_root),
+                k=self.s.k,
+                temperature=self.s.temperature,
+            )
         return P.ProbeOutput(out.predictions, {**out.protocol, **fitted.protocol})
 
     def _rows(self, task: Task, unit: Unit, split: Split, train, out: P.ProbeOutput, seconds: float) -> list[dict]:
@@ -320,8 +345,12 @@ class ProbeRunner:
             "n_train": len(train) if train is not None else 0,
             "n_eval": len(split),
             # the cap of the train split (`--max-train`, sweeps' max_probe_train) in the row, as in the unit's key
-            "protocol": {**out.protocol, **P.BOOTSTRAP_PROTOCOL, **({"max_train": self.s.max_train} if self.s.max_train and train is not None else {}),
-                         **({"max_eval": self.s.max_eval} if self.s.max_eval else {})},
+            "protocol": {
+                **out.protocol,
+                **P.BOOTSTRAP_PROTOCOL,
+                **({"max_train": self.s.max_train} if self.s.max_train and train is not None else {}),
+                **({"max_eval": self.s.max_eval} if self.s.max_eval else {}),
+            },
             "probe_seconds": round(seconds, 3),
             "unit": unit.key,
         }
@@ -329,8 +358,17 @@ class ProbeRunner:
         for i, m in enumerate(metrics):
             started = time.perf_counter()
             low, high = P.bootstrap_ci(m, split.labels, out.predictions)
-            rows.append({**base, "metric": m, "value": score(m, split.labels, out.predictions), "is_main": i == 0,
-                         "ci_low": low, "ci_high": high, "bootstrap_seconds": round(time.perf_counter() - started, 3)})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "metric": m,
+                    "value": score(m, split.labels, out.predictions),
+                    "is_main": i == 0,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "bootstrap_seconds": round(time.perf_counter() - started, 3),
+                }
+            )
         return rows
 
     def run(self, tasks: list[Task]) -> pd.DataFrame:
@@ -352,8 +390,12 @@ class ProbeRunner:
         df = df[df["unit"].isin(keys)] if len(df) else df
         log.info(
             "probed %s on %d task(s) in %.1fs: feature cache %d hit(s), %d encoded",
-            self.encoder.name, len(tasks), time.perf_counter() - started, self.cache.hits, self.cache.misses,
-        )  # fmt: skip
+            self.encoder.name,
+            len(tasks),
+            time.perf_counter() - started,
+            self.cache.hits,
+            self.cache.misses,
+        )
         return df
 
 
@@ -381,8 +423,11 @@ def probe_model(model: str, settings: ProbeSettings, **encoder_options) -> Probe
     settings.validate()  # a wrong option or a broken task file should not cost a model load
     tasks = resolve_tasks(settings.tasks)
     if not tasks:
-        raise SettingError(settings.FIELD_KIND, "tasks",
-                           f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}")
+        raise SettingError(
+            settings.FIELD_KIND,
+            "tasks",
+            f"expected one or more task names, a family or all (comma-separated), got {','.join(settings.tasks)!r}",
+        )
     encoder = FrozenEncoder.load(model, **encoder_options)
     runner = ProbeRunner(encoder, settings)
     runner.frame = runner.run(tasks)

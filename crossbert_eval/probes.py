@@ -141,9 +141,15 @@ def knn_search(x_train: np.ndarray, x_eval: np.ndarray, k: int) -> tuple[np.ndar
 
 
 def knn_probe(
-    x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray, *, regression: bool, num_classes: int | None = None,
-    k: int = KNN_K, temperature: float = KNN_TEMPERATURE,
-) -> ProbeOutput:  # fmt: skip
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_eval: np.ndarray,
+    *,
+    regression: bool,
+    num_classes: int | None = None,
+    k: int = KNN_K,
+    temperature: float = KNN_TEMPERATURE,
+) -> ProbeOutput:
     """Similarity-weighted kNN vote (classes) or weighted mean of the neighbours' scores (regression)."""
     sims, idx = knn_search(x_train, x_eval, k)
     # exp(sim / T), shifted by the row max for numerical safety (the shift cancels in the vote / mean)
@@ -155,7 +161,12 @@ def knn_probe(
         votes = np.zeros((len(x_eval), num_classes), dtype=np.float64)
         np.add.at(votes, (np.arange(len(x_eval))[:, None], neighbour_labels), weights)
         predictions = votes.argmax(1)
-    protocol = {"index": "faiss.IndexFlatIP (L2-normalised: cosine)", "k": int(min(k, len(x_train))), "temperature": temperature, "weighting": "exp(cos/T)"}
+    protocol = {
+        "index": "faiss.IndexFlatIP (L2-normalised: cosine)",
+        "k": int(min(k, len(x_train))),
+        "temperature": temperature,
+        "weighting": "exp(cos/T)",
+    }
     return ProbeOutput(predictions, protocol)
 
 
@@ -194,9 +205,15 @@ class FeatureTransform:
         """What a result row records of it."""
         if self.kind == "raw":
             return {"feature_transform": "raw"}
-        whitened = {"whiten_rtol": WHITEN_RTOL, "whitened_dims": int(self.projection.shape[1])} if self.projection is not None else {}
-        return {"feature_transform": self.kind, "transform_fitted_on": "train split, unlabelled", "transform_fit_rows": self.fitted_rows,
-                **whitened}  # fmt: skip
+        whitened = (
+            {"whiten_rtol": WHITEN_RTOL, "whitened_dims": int(self.projection.shape[1])} if self.projection is not None else {}
+        )
+        return {
+            "feature_transform": self.kind,
+            "transform_fitted_on": "train split, unlabelled",
+            "transform_fit_rows": self.fitted_rows,
+            **whitened,
+        }
 
 
 def fit_feature_transform(kind: str, x_fit: np.ndarray | None) -> FeatureTransform:
@@ -226,7 +243,9 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
     return np.bincount(flat, minlength=resamples * n).reshape(resamples, n)
 
 
-def _resampled_values(metric: str, y_true: np.ndarray, predictions: list[np.ndarray], resamples: int, seed: int) -> list[np.ndarray]:
+def _resampled_values(
+    metric: str, y_true: np.ndarray, predictions: list[np.ndarray], resamples: int, seed: int
+) -> list[np.ndarray]:
     """score(metric) of each of `predictions` on each bootstrap resample of the evaluation examples, all on
     the same resamples (drawn once; they depend only on the seed and the number of examples)."""
     rng = np.random.default_rng(seed)
@@ -263,9 +282,15 @@ class PairedDiff(NamedTuple):
 
 
 def bootstrap_diff(
-    metric: str, y_true, pred_a, pred_b, *, resamples: int = BOOTSTRAP_RESAMPLES, ci: float = BOOTSTRAP_CI,
+    metric: str,
+    y_true,
+    pred_a,
+    pred_b,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    ci: float = BOOTSTRAP_CI,
     seed: int = BOOTSTRAP_SEED,
-) -> PairedDiff:  # fmt: skip
+) -> PairedDiff:
     """Paired percentile bootstrap of score(b) - score(a), both scored on the same resamples of the same
     evaluation examples (Koehn 2004): its interval and two-sided p-value. Two probes of one model on one
     task (two layers, say) err on many of the same examples; the paired interval cancels that shared part,

@@ -141,7 +141,9 @@ class ResultsStore:
             fresh = [r for r in rows if r.get("unit") not in self._done]
             dropped = {r["unit"] for r in rows if r.get("unit") in self._done}
             if dropped:
-                log.warning("%d unit(s) already in %s, not written again: %s", len(dropped), self.path, ", ".join(sorted(dropped)))  # fmt: skip
+                log.warning(
+                    "%d unit(s) already in %s, not written again: %s", len(dropped), self.path, ", ".join(sorted(dropped))
+                )
             stamp = {**_row_provenance(), "timestamp": timestamp()}
             append_jsonl(self.path, [{**r, **stamp} for r in fresh], default=_json_default)
             self._refresh_done()

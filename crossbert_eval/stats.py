@@ -149,8 +149,13 @@ class Power(NamedTuple):
     family: int
 
 
-def power(effect_sd: float = POWER_EFFECT_SD, seeds: int = POWER_SEEDS, family: int = 1, simulations: int = POWER_SIMULATIONS,
-          seed: int = POWER_SEED) -> Power:  # fmt: skip
+def power(
+    effect_sd: float = POWER_EFFECT_SD,
+    seeds: int = POWER_SEEDS,
+    family: int = 1,
+    simulations: int = POWER_SIMULATIONS,
+    seed: int = POWER_SEED,
+) -> Power:
     """The chance that a true difference of `effect_sd` seed standard deviations is called beyond noise, by simulation."""
     effects = np.zeros(max(family, 1))
     effects[0] = effect_sd

@@ -39,9 +39,24 @@ from crossbert_model.logs import duration
 from crossbert_model.train_config import TrainConfig, model_config, validate_config
 from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
 from crossbert_model.limits import (
-    FOLDER_NAME_LIMIT, NON_EMPTY, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, SECONDS, SEED, OneOf, OutsideDataRoot, Range, SameAs,
-    SomeOf, Text, Unique, check_limits, check_relations, relation,
-)  # fmt: skip
+    FOLDER_NAME_LIMIT,
+    NON_EMPTY,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    SECONDS,
+    SEED,
+    OneOf,
+    OutsideDataRoot,
+    Range,
+    SameAs,
+    SomeOf,
+    Text,
+    Unique,
+    check_limits,
+    check_relations,
+    relation,
+)
 from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.readers import ReadError, read_json, read_jsonl
 from crossbert_model.utils import (
@@ -68,7 +83,9 @@ log = logging.getLogger("crossbert.sweep")
 @dataclass
 class ObjectiveSpec:
     name: Annotated[str, FOLDER_NAME_LIMIT]  # it names run folders <name>-<size>-s<seed>
-    objective: Annotated[str, SameAs("crossbert_model.train_config:ModelArgs.objective")]  # a name of crossbert_model.objectives: mlm | crossbert
+    objective: Annotated[
+        str, SameAs("crossbert_model.train_config:ModelArgs.objective")
+    ]  # a name of crossbert_model.objectives: mlm | crossbert
     mask_ratio: Annotated[float | None, SameAs("crossbert_model.train_config:ModelArgs.mask_ratio")] = None
     complementary_masking: bool = True
     # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
@@ -91,7 +108,9 @@ class SubmititArgs:
     cpus_per_task: Annotated[int | None, POSITIVE] = None
     gpus_per_node: Annotated[int, NON_NEGATIVE_INT] = 0
     mem_gb: Annotated[float | None, POSITIVE] = None
-    max_parallel: Annotated[int | None, POSITIVE] = None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
+    max_parallel: Annotated[int | None, POSITIVE] = (
+        None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
+    )
     slurm: dict = field(default_factory=dict)  # further submitit SLURM parameters: {account: x, qos: y, constraint: z}
     wait: bool = True  # wait for the jobs, then rebuild the report (the last job rebuilds it as well)
 
@@ -110,7 +129,9 @@ class SweepConfig:
 
     name: Annotated[str, FOLDER_NAME_LIMIT] = "sweep"  # the sweep's folder is out_dir/name
     out_dir: Annotated[str, OutsideDataRoot()] = "runs/sweeps"
-    sizes: Annotated[list[Annotated[str, OneOf(*PRESETS)]], NON_EMPTY, Unique()] = field(default_factory=lambda: ["nano", "tiny", "mini"])
+    sizes: Annotated[list[Annotated[str, OneOf(*PRESETS)]], NON_EMPTY, Unique()] = field(
+        default_factory=lambda: ["nano", "tiny", "mini"]
+    )
     # each named once: a run named twice would be trained once and reported twice
     objectives: Annotated[list[ObjectiveSpec], NON_EMPTY, Unique(lambda o: o.name, "name")] = field(
         default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
@@ -119,11 +140,14 @@ class SweepConfig:
     # crossbert_eval.report.loading.reference_objective reads it back from sweep.yaml)
     reference_objective: Annotated[str | None, Text("an objective's name")] = None
     seeds: Annotated[list[Annotated[int, SEED]], NON_EMPTY, Unique()] = field(default_factory=lambda: [0])
-    budget: Annotated[str, OneOf("tokens", "flops")] = "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
+    budget: Annotated[str, OneOf("tokens", "flops")] = (
+        "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
+    )
     budget_tokens: Annotated[int, POSITIVE_INT] = 2_000_000
     budget_flops: Annotated[float | None, POSITIVE] = None
-    checkpoint_fractions: Annotated[list[Annotated[float, Range(0, 1, low_open=True, words="a fraction of the run in (0, 1]")]], NON_EMPTY] = field(
-        default_factory=lambda: [0.5, 1.0])
+    checkpoint_fractions: Annotated[
+        list[Annotated[float, Range(0, 1, low_open=True, words="a fraction of the run in (0, 1]")]], NON_EMPTY
+    ] = field(default_factory=lambda: [0.5, 1.0])
     train: dict = field(default_factory=dict)  # nested overrides of TrainConfig for every run
     size_overrides: dict = field(default_factory=dict)  # {preset: {nested TrainConfig overrides}}
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
@@ -186,8 +210,10 @@ class SweepConfig:
     def _the_reference_is_one_of_the_objectives(self, prefix: str) -> None:
         names = [o.name for o in self.objectives]
         if self.reference_objective is not None and self.reference_objective not in names:
-            raise ConfigError(f"sweep field '{prefix}reference_objective': expected one of the objectives ({', '.join(names)}), "
-                              f"got {self.reference_objective!r}")  # fmt: skip
+            raise ConfigError(
+                f"sweep field '{prefix}reference_objective': expected one of the objectives ({', '.join(names)}), "
+                f"got {self.reference_objective!r}"
+            )
 
 
 # A limited sweep (`--limit`): LIMIT_STEPS training steps a run, enough to write a checkpoint and every loss the report
@@ -232,16 +258,29 @@ def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
 
 def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:
     data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
-    data = deep_merge(data, {
-        "name": f"{obj.name}-{size}-s{seed}", "out_dir": str(SweepDir(cfg.root).runs), "seed": seed, "group": cfg.name,  # W&B's group
-        "model": {"preset": size, "objective": obj.objective, "mask_ratio": obj.mask_ratio,
-                  "complementary_masking": obj.complementary_masking, **obj.model},
-    })  # fmt: skip
+    data = deep_merge(
+        data,
+        {
+            "name": f"{obj.name}-{size}-s{seed}",
+            "out_dir": str(SweepDir(cfg.root).runs),
+            "seed": seed,
+            "group": cfg.name,  # W&B's group
+            "model": {
+                "preset": size,
+                "objective": obj.objective,
+                "mask_ratio": obj.mask_ratio,
+                "complementary_masking": obj.complementary_masking,
+                **obj.model,
+            },
+        },
+    )
     if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
         data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
     try:
         tc = from_dict(TrainConfig, data)
-        validate_config(tc)  # a bad train override fails here, before any run of the sweep starts (and before its FLOPs are counted)
+        validate_config(
+            tc
+        )  # a bad train override fails here, before any run of the sweep starts (and before its FLOPs are counted)
         flops_per_token = planned_flops_per_token(tc)
         tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
         tc.max_tokens = None
@@ -277,10 +316,28 @@ def check_tasks(cfg: SweepConfig) -> None:
 # Sweep fields that do not change what a run's probes compute: a run recorded complete stays complete
 # when they change (training is judged by the run's final checkpoint, not by this).
 NOT_PROBING_FIELDS = {
-    "name", "out_dir", "sizes", "objectives", "seeds", "budget", "budget_tokens", "budget_flops", "checkpoint_fractions",
-    "train", "size_overrides", "batch_size", "report_every_s", "data_root", "claim_lease_s", "worker_poll_s", "submitit",
-    "reference_objective", "budget_s", "device", "missing_packages",
-}  # fmt: skip
+    "name",
+    "out_dir",
+    "sizes",
+    "objectives",
+    "seeds",
+    "budget",
+    "budget_tokens",
+    "budget_flops",
+    "checkpoint_fractions",
+    "train",
+    "size_overrides",
+    "batch_size",
+    "report_every_s",
+    "data_root",
+    "claim_lease_s",
+    "worker_poll_s",
+    "submitit",
+    "reference_objective",
+    "budget_s",
+    "device",
+    "missing_packages",
+}
 
 
 def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
@@ -300,12 +357,24 @@ def evaluation_plan(cfg: SweepConfig, folder: SweepDir, final: bool) -> Evaluati
 
     stores = {"results_dir": str(folder.results), "cache_dir": str(folder.features), "data_root": cfg.data_root}
     layers = LayerSpec.parse(cfg.probe_layers if final else cfg.intermediate_layers)
-    probe = ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, poolings=cfg.poolings,
-                          feature_transforms=cfg.feature_transforms, max_train=_capped(cfg.max_probe_train, cfg.limit), max_eval=cfg.limit,
-                          **stores)  # fmt: skip
+    probe = ProbeSettings(
+        tasks=cfg.probe_tasks,
+        probes=cfg.probes,
+        layers=layers,
+        poolings=cfg.poolings,
+        feature_transforms=cfg.feature_transforms,
+        max_train=_capped(cfg.max_probe_train, cfg.limit),
+        max_eval=cfg.limit,
+        **stores,
+    )
     geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, **stores)
-    mteb = MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers) if final else layers, pooling=cfg.poolings[0],
-                        out_dir=str(folder.mteb), **stores)  # fmt: skip
+    mteb = MtebSettings(
+        tasks=cfg.mteb_tasks,
+        layers=LayerSpec.parse(cfg.mteb_layers) if final else layers,
+        pooling=cfg.poolings[0],
+        out_dir=str(folder.mteb),
+        **stores,
+    )
     return EvaluationPlan(who=f"sweep {cfg.name}", probe=probe, geometry=geometry, mteb=mteb)
 
 
@@ -346,9 +415,20 @@ class Sweep:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.folder.config, dump_yaml(self.cfg))
-        plan = [{"run": r.key, "objective": r.objective.name, "size": r.size, "seed": r.seed, "steps": r.train.steps,
-                 "checkpoint_steps": r.train.checkpoint_steps, "batch_size": r.train.batch_size,
-                 "seq_len": r.train.data.seq_len, "train_flops_per_token": r.flops_per_token} for r in self.runs]  # fmt: skip
+        plan = [
+            {
+                "run": r.key,
+                "objective": r.objective.name,
+                "size": r.size,
+                "seed": r.seed,
+                "steps": r.train.steps,
+                "checkpoint_steps": r.train.checkpoint_steps,
+                "batch_size": r.train.batch_size,
+                "seq_len": r.train.data.seq_len,
+                "train_flops_per_token": r.flops_per_token,
+            }
+            for r in self.runs
+        ]
         atomic_write_json(self.folder.plan, {"runs": plan, **provenance()})
 
     def train_run(self, run: RunSpec) -> None:
@@ -395,16 +475,29 @@ class Sweep:
         counts = parameter_counts(config)
         details = {
             "model_fingerprint": encoder.fingerprint,
-            "params_non_embedding": counts["encoder_non_embedding"], "params_encoder": counts["encoder"],
-            "hidden_size": config.hidden_size, "layers": config.num_hidden_layers,
-            "corpus_tokens": state["corpus_tokens"], "train_flops": state["train_flops"],
-            "val_loss": metrics.get("val_loss"), "val_ppl": metrics.get("val_ppl"), "mask_ratio": config.mask_ratio,
+            "params_non_embedding": counts["encoder_non_embedding"],
+            "params_encoder": counts["encoder"],
+            "hidden_size": config.hidden_size,
+            "layers": config.num_hidden_layers,
+            "corpus_tokens": state["corpus_tokens"],
+            "train_flops": state["train_flops"],
+            "val_loss": metrics.get("val_loss"),
+            "val_ppl": metrics.get("val_ppl"),
+            "mask_ratio": config.mask_ratio,
             # the loss both objectives answer identically (crossbert_model.shared_loss): the one to compare them by, at
             # the protocol's ratios and the run's own, and the unigram entropies of its targets (crossbert_model.plateau)
             **{key: metrics.get(key) for key in plateau_metric_keys(config.mask_ratio)},
-        }  # fmt: skip
-        record = ModelRecord(run=run.key, line=run.objective.name, point=run.size, seed=run.seed, step=step,
-                             total_steps=run.train.steps, checkpoint=str(path), details=details)  # fmt: skip
+        }
+        record = ModelRecord(
+            run=run.key,
+            line=run.objective.name,
+            point=run.size,
+            seed=run.seed,
+            step=step,
+            total_steps=run.train.steps,
+            checkpoint=str(path),
+            details=details,
+        )
         self.models.put(record, key=("run", "step"))
 
     def report(self) -> None:
@@ -428,8 +521,13 @@ class Sweep:
 
     def _report_inputs(self) -> dict:
         """The report's inputs as (inode, size) of its append-only files, taken before a rebuild starts."""
-        files = [self.results_dir / RESULTS_FILE, self.checkpoints_file, self.completed_file, self.folder.unigram_entropies,
-                 self.folder.reliance]
+        files = [
+            self.results_dir / RESULTS_FILE,
+            self.checkpoints_file,
+            self.completed_file,
+            self.folder.unigram_entropies,
+            self.folder.reliance,
+        ]
         return {f.name: [f.stat().st_ino, f.stat().st_size] if f.exists() else None for f in files}
 
     # -- work: claimed runs ------------------------------------------------------------------------
@@ -476,8 +574,19 @@ class Sweep:
         why = f"predicted {predicted:.0f} s" if predicted is not None else "no time left"
         log.warning("sweep %s: skipping %s for the wall budget (%s, %.0f s left for runs)", self.cfg.name, run.key, why, left)
         if not self.rank:
-            append_jsonl(self.folder.skipped, [{"run": run.key, "predicted_s": predicted, "left_s": round(left, 1),
-                                                     "budget_s": self.cfg.budget_s, **this_process(), "time": timestamp()}])  # fmt: skip
+            append_jsonl(
+                self.folder.skipped,
+                [
+                    {
+                        "run": run.key,
+                        "predicted_s": predicted,
+                        "left_s": round(left, 1),
+                        "budget_s": self.cfg.budget_s,
+                        **this_process(),
+                        "time": timestamp(),
+                    }
+                ],
+            )
         return False
 
     def work_on(self, run: RunSpec) -> str:
@@ -486,8 +595,15 @@ class Sweep:
         status = self.claims.claim(run.key, is_done=lambda: self.is_complete(run))
         if status != CLAIMED:
             return status
-        log.info("sweep %s: %s claimed by pid %d (%d of %d runs complete%s)", self.cfg.name, run.key, os.getpid(),
-                 len(self.runs) - len(self.pending()), len(self.runs), self.work_left())  # fmt: skip
+        log.info(
+            "sweep %s: %s claimed by pid %d (%d of %d runs complete%s)",
+            self.cfg.name,
+            run.key,
+            os.getpid(),
+            len(self.runs) - len(self.pending()),
+            len(self.runs),
+            self.work_left(),
+        )
         with self.claims.held(run.key, heartbeat_s=self.cfg.claim_lease_s / 10):
             self.train_run(run)
             self.evaluate_run(run)
@@ -521,8 +637,13 @@ class Sweep:
         for run in pending:
             owner = self.claims.owner(run.key) or {}
             held.append(f"{run.key} (pid {owner.get('pid')} on {owner.get('host')})")
-        log.info("sweep %s: %d run(s) held by other workers, looking again in %.0f s: %s", self.cfg.name, len(held),
-                 self.cfg.worker_poll_s, ", ".join(held))  # fmt: skip
+        log.info(
+            "sweep %s: %d run(s) held by other workers, looking again in %.0f s: %s",
+            self.cfg.name,
+            len(held),
+            self.cfg.worker_poll_s,
+            ", ".join(held),
+        )
         time.sleep(self.cfg.worker_poll_s)
 
     def run(self) -> Path:
@@ -535,8 +656,12 @@ class Sweep:
         self.report()
         self.log_verdict()
         if self.skipped:
-            log.warning("sweep %s: %d run(s) skipped for the wall budget (%s); run the sweep again to add them",
-                        self.cfg.name, len(self.skipped), ", ".join(sorted(self.skipped)))
+            log.warning(
+                "sweep %s: %d run(s) skipped for the wall budget (%s); run the sweep again to add them",
+                self.cfg.name,
+                len(self.skipped),
+                ", ".join(sorted(self.skipped)),
+            )
         log.info("sweep %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
 
@@ -568,8 +693,9 @@ class Sweep:
         return self.root
 
 
-def fill_unigram_entropies(root: str | Path, tokenizer: str | Path | None = None, overrides: list[str] | None = None,
-                           data_root_dir: str | None = None) -> Path:  # fmt: skip
+def fill_unigram_entropies(
+    root: str | Path, tokenizer: str | Path | None = None, overrides: list[str] | None = None, data_root_dir: str | None = None
+) -> Path:
     """The unigram entropies (crossbert_model.plateau) of a sweep's runs trained before the trainer recorded
     them, into <root>/unigram_entropies.jsonl (with each run's own mask ratio), from which the report fills
     what checkpoints.jsonl lacks. Each run's config comes from the sweep's plan (sweep.yaml, `overrides` as
@@ -627,18 +753,24 @@ def check_machine(cfg: SweepConfig) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError("sweep field 'device': expected a machine with a CUDA GPU (torch.cuda.is_available() is False "
-                              "here); set device=null to run on this machine")  # fmt: skip
+            raise ConfigError(
+                "sweep field 'device': expected a machine with a CUDA GPU (torch.cuda.is_available() is False "
+                "here); set device=null to run on this machine"
+            )
         if cfg.train.get("dtype") == "bf16" and not torch.cuda.is_bf16_supported():
             raise ConfigError(f"sweep field 'train.dtype': bf16, which {torch.cuda.get_device_name()} does not support")
     for package, (part, field_name, leave_out) in OPTIONAL_PACKAGES.items():
         if not _asks_for(cfg, package) or importlib.util.find_spec(package) is not None:
             continue
         if cfg.missing_packages == "refuse":
-            raise ConfigError(f"sweep field '{field_name}': {part} needs the package {package}, which is not installed here; "
-                              "install it, or set missing_packages=leave_out to leave its rows out")  # fmt: skip
+            raise ConfigError(
+                f"sweep field '{field_name}': {part} needs the package {package}, which is not installed here; "
+                "install it, or set missing_packages=leave_out to leave its rows out"
+            )
         leave_out(cfg)
-        log.warning("sweep %s: %s left out: the package %s is not installed (missing_packages=leave_out)", cfg.name, part, package)
+        log.warning(
+            "sweep %s: %s left out: the package %s is not installed (missing_packages=leave_out)", cfg.name, part, package
+        )
 
 
 def prepare_sweep(cfg: SweepConfig) -> SweepConfig:
@@ -660,6 +792,6 @@ def main(argv: list[str] | None = None) -> None:
     """torchrun entry point (`crossbert sweep` is the same for one process)."""
     config_main("crossbert_eval.sweep", SweepConfig, run_sweep, argv)
 
+
 if __name__ == "__main__":
     main()
-

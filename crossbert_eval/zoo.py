@@ -42,8 +42,17 @@ from crossbert_model.args import config_main, dump_yaml
 from crossbert_model.checkpoint import read_trainer_state
 from crossbert_model.defaults import DTYPES, FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
 from crossbert_model.limits import (
-    FOLDER_NAME_LIMIT, POSITIVE_INT, NonEmpty, OneOf, OutsideDataRoot, SomeOf, Text, Unique, check_limits, check_relations,
-)  # fmt: skip
+    FOLDER_NAME_LIMIT,
+    POSITIVE_INT,
+    NonEmpty,
+    OneOf,
+    OutsideDataRoot,
+    SomeOf,
+    Text,
+    Unique,
+    check_limits,
+    check_relations,
+)
 from crossbert_model.errors import CrossbertError, report_crashes_in
 from crossbert_model.shared_loss import SHARED_LOSS_KEYS
 from crossbert_model.utils import atomic_write_text, data_root, set_offline_env, sha256_file
@@ -65,13 +74,19 @@ class ZooError(CrossbertError, ValueError):
 class ZooModel:
     # a model folder, one of our checkpoint / run folders, 'minilm', or a hub id org/name[@revision]
     model: Annotated[str, Text("a model folder, checkpoint, 'minilm' or hub id")]
-    name: Annotated[str | None, Text("a display name")] = None  # display name (default: the model argument); unique within the zoo
-    family: Annotated[str | None, Text("a family name")] = None  # the line this model belongs to in the size plots (default: its name)
+    name: Annotated[str | None, Text("a display name")] = (
+        None  # display name (default: the model argument); unique within the zoo
+    )
+    family: Annotated[str | None, Text("a family name")] = (
+        None  # the line this model belongs to in the size plots (default: its name)
+    )
     # default: the sentence-transformers config, else mean
     pooling: Annotated[str | None, OneOf(*POOLINGS)] = None
     # run the Python the model folder carries (auto_map) to load it: only for a folder you trust (recorded in its rows)
     trust_remote_code: bool = False
-    made_by: Annotated[str | None, Text("a command")] = None  # the command that makes this model where it is missing (said when it is)
+    made_by: Annotated[str | None, Text("a command")] = (
+        None  # the command that makes this model where it is missing (said when it is)
+    )
 
 
 @dataclass
@@ -81,8 +96,11 @@ class ZooConfig:
     name: Annotated[str, FOLDER_NAME_LIMIT] = "zoo"  # the zoo's folder is out_dir/name
     out_dir: Annotated[str, OutsideDataRoot()] = "runs/zoo"
     # display names unique: each is a point of the plots
-    models: Annotated[list[ZooModel], NonEmpty("a list of models ({model: ..., name: ..., family: ...})", "none"),
-                      Unique(lambda entry: entry.name or entry.model, "display name")] = field(default_factory=list)  # fmt: skip
+    models: Annotated[
+        list[ZooModel],
+        NonEmpty("a list of models ({model: ..., name: ..., family: ...})", "none"),
+        Unique(lambda entry: entry.name or entry.model, "display name"),
+    ] = field(default_factory=list)
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
     probe_layers: Annotated[str | int | list, LAYERS] = "all"  # all | last | N | N,M,... (crossbert_eval.layer_spec)
@@ -93,7 +111,9 @@ class ZooConfig:
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
     mteb_layers: Annotated[str | int | list, LAYERS] = "last"  # layers mteb evaluates (features of every layer are cached)
     batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
-    max_length: Annotated[int | None, POSITIVE_INT] = None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
+    max_length: Annotated[int | None, POSITIVE_INT] = (
+        None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
+    )
     dtype: Annotated[str, OneOf(*DTYPES)] = "fp32"  # as FrozenEncoder.load
     features_dir: str | None = None  # feature cache (default: <root>/features); zoos may share one
     data_root: str | None = None
@@ -243,19 +263,31 @@ def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
     layers = LayerSpec.parse(cfg.probe_layers)
     return EvaluationPlan(
         who=f"zoo {cfg.name}",
-        probe=ProbeSettings(tasks=cfg.probe_tasks, probes=cfg.probes, layers=layers, feature_transforms=cfg.feature_transforms,
-                            max_train=cfg.max_probe_train, **stores),
+        probe=ProbeSettings(
+            tasks=cfg.probe_tasks,
+            probes=cfg.probes,
+            layers=layers,
+            feature_transforms=cfg.feature_transforms,
+            max_train=cfg.max_probe_train,
+            **stores,
+        ),
         geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, **stores),
-        mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(ZooDir(cfg.root).mteb), **stores),
-    )  # fmt: skip
+        mteb=MtebSettings(
+            tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(ZooDir(cfg.root).mteb), **stores
+        ),
+    )
 
 
 def entry_plan(plan: EvaluationPlan, entry: ZooModel) -> EvaluationPlan:
     """The zoo's plan at an entry's pooling; an entry without one: the model's own (recorded as such)."""
     if entry.pooling is None:
         return plan
-    return replace(plan, probe=replace(plan.probe, poolings=[entry.pooling]), geometry=replace(plan.geometry, poolings=[entry.pooling]),
-                   mteb=replace(plan.mteb, pooling=entry.pooling))  # fmt: skip
+    return replace(
+        plan,
+        probe=replace(plan.probe, poolings=[entry.pooling]),
+        geometry=replace(plan.geometry, poolings=[entry.pooling]),
+        mteb=replace(plan.mteb, pooling=entry.pooling),
+    )
 
 
 class Zoo:
@@ -285,8 +317,13 @@ class Zoo:
         log.info("zoo %s: model %d/%d %s (%s)", cfg.name, index + 1, len(cfg.models), name, entry.model)
         with self.timed("load", name):
             try:
-                encoder = FrozenEncoder.load(entry.model, max_length=cfg.max_length, batch_size=cfg.batch_size, dtype=cfg.dtype,
-                                             trust_remote_code=entry.trust_remote_code)  # fmt: skip
+                encoder = FrozenEncoder.load(
+                    entry.model,
+                    max_length=cfg.max_length,
+                    batch_size=cfg.batch_size,
+                    dtype=cfg.dtype,
+                    trust_remote_code=entry.trust_remote_code,
+                )
             except CrossbertError as e:
                 raise ZooError(f"zoo models[{index}] ({name}): {e}") from None
         requested = [entry.pooling] if entry.pooling else None  # None: the model's own, recorded as such
@@ -302,25 +339,53 @@ class Zoo:
         """The model's row in checkpoints.jsonl: a finished model (step == total_steps), its family the plot line
         and its name the point on it. A row of the same name that describes other weights, pooling or family is replaced."""
         name, source, config = entry_name(entry), encoder.source, encoder.model.config
-        state = read_trainer_state(source.folder) if source.kind == "crossbert" and CheckpointDir(source.folder).trainer_state.is_file() else {}
+        state = (
+            read_trainer_state(source.folder)
+            if source.kind == "crossbert" and CheckpointDir(source.folder).trainer_state.is_file()
+            else {}
+        )
         metrics = state.get("metrics") or {}
         counts = count_parameters(encoder.model)
         step = state.get("step", 0)
         details = {
-            "resolved_folder": str(source.folder), "hub_id": source.hub_id,
-            "hub_revision": source.folder.name if source.hub_id else None, "model_kind": source.kind,
-            "model_fingerprint": encoder.fingerprint, "model_type": getattr(config, "model_type", None),
-            "pooling": pooling, "pooling_source": pooling_source, "normalize": encoder.normalize,
-            **counts, "params_encoder": counts["params_embedding"] + counts["params_non_embedding"],
-            "hidden_size": config.hidden_size, "layers": encoder.num_layers, "max_length": encoder.max_length,
-            "corpus_tokens": state.get("corpus_tokens"), "train_flops": state.get("train_flops"),
-            "train_total_steps": state.get("total_steps"), "val_loss": metrics.get("val_loss"), "val_ppl": metrics.get("val_ppl"),
+            "resolved_folder": str(source.folder),
+            "hub_id": source.hub_id,
+            "hub_revision": source.folder.name if source.hub_id else None,
+            "model_kind": source.kind,
+            "model_fingerprint": encoder.fingerprint,
+            "model_type": getattr(config, "model_type", None),
+            "pooling": pooling,
+            "pooling_source": pooling_source,
+            "normalize": encoder.normalize,
+            **counts,
+            "params_encoder": counts["params_embedding"] + counts["params_non_embedding"],
+            "hidden_size": config.hidden_size,
+            "layers": encoder.num_layers,
+            "max_length": encoder.max_length,
+            "corpus_tokens": state.get("corpus_tokens"),
+            "train_flops": state.get("train_flops"),
+            "train_total_steps": state.get("total_steps"),
+            "val_loss": metrics.get("val_loss"),
+            "val_ppl": metrics.get("val_ppl"),
             **{key: metrics.get(key) for key in SHARED_LOSS_KEYS.values()},
-        }  # fmt: skip
-        record = ModelRecord(run=name, line=entry_family(entry), point=name, seed=0, step=step, total_steps=step, checkpoint=entry.model,
-                             details=details)  # fmt: skip
+        }
+        record = ModelRecord(
+            run=name,
+            line=entry_family(entry),
+            point=name,
+            seed=0,
+            step=step,
+            total_steps=step,
+            checkpoint=entry.model,
+            details=details,
+        )
         if self.models.put(record, key=("run",), identity=("model_fingerprint", "pooling", "objective", "checkpoint")):
-            log.info("zoo %s: %s changed (model, pooling or family); its row in %s is replaced", self.cfg.name, name, self.folder.models.name)
+            log.info(
+                "zoo %s: %s changed (model, pooling or family); its row in %s is replaced",
+                self.cfg.name,
+                name,
+                self.folder.models.name,
+            )
 
     def report(self) -> Path | None:
         with self.timed("report", None):
@@ -349,6 +414,7 @@ def run_zoo(cfg: ZooConfig) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """`python -m crossbert_eval.zoo CONFIG [key=value ...]` (the same as `crossbert zoo`)."""
     config_main("crossbert_eval.zoo", ZooConfig, run_zoo, argv)
+
 
 if __name__ == "__main__":
     main()

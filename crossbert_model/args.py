@@ -74,7 +74,9 @@ class UnknownKeys(ConfigError):
     def __init__(self, where: str, keys: list[str], valid: list[str]):
         self.where, self.keys, self.valid = where, keys, valid
         prefix = f"{where}." if where else ""
-        named = [prefix + k + (f" (did you mean {' or '.join(m)}?)" if (m := close_matches(k, valid)) else "") for k in sorted(keys)]
+        named = [
+            prefix + k + (f" (did you mean {' or '.join(m)}?)" if (m := close_matches(k, valid)) else "") for k in sorted(keys)
+        ]
         super().__init__(
             f"unknown config key(s) {', '.join(named)}; "
             f"valid keys{' under ' + where if where else ''}: {', '.join(sorted(valid))}"
@@ -336,8 +338,12 @@ def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:
             metas = typing.get_args(tp)[1:] if typing.get_origin(tp) is typing.Annotated else ()
             item = (typing.get_args(tp) or [None])[0] if typing.get_origin(tp) is list else None  # list[Annotated[int, ...]]
             each = typing.get_args(item)[1:] if typing.get_origin(item) is typing.Annotated else ()
-            limit = "; ".join([m.shown for m in metas if getattr(m, "shown", "")] + [f"each {m.shown}" for m in each if getattr(m, "shown", "")])
-            keys.append(ConfigKey(prefix + f.name, None if default is dataclasses.MISSING else default, comments.get(f.name, ""), limit))
+            limit = "; ".join(
+                [m.shown for m in metas if getattr(m, "shown", "")] + [f"each {m.shown}" for m in each if getattr(m, "shown", "")]
+            )
+            keys.append(
+                ConfigKey(prefix + f.name, None if default is dataclasses.MISSING else default, comments.get(f.name, ""), limit)
+            )
     return keys + sections
 
 

@@ -49,7 +49,9 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
             found.append((checkpoint.step, checkpoint.path))
         else:  # never silently: a folder copied half-way, or one written before the marker existed
             marker = checkpoint.complete_marker
-            log.warning("%s: no %s marker, so not used as a checkpoint (touch %s if you trust it)", checkpoint.path, marker.name, marker)
+            log.warning(
+                "%s: no %s marker, so not used as a checkpoint (touch %s if you trust it)", checkpoint.path, marker.name, marker
+            )
     return found
 
 
@@ -113,8 +115,10 @@ def check_finite_weights(named_tensors, where: str) -> None:
     """Refuse weights with NaN or Inf (a diverged or damaged model): one line naming `where` and the first tensors."""
     bad = nonfinite_tensors(named_tensors)
     if bad:
-        raise CheckpointError(f"{where}: {len(bad)} weight tensor(s) hold NaN or Inf ({', '.join(bad[:3])}"
-                              f"{', ...' if len(bad) > 3 else ''}): refused (a diverged or damaged model)")
+        raise CheckpointError(
+            f"{where}: {len(bad)} weight tensor(s) hold NaN or Inf ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}): refused (a diverged or damaged model)"
+        )
 
 
 def read_trainer_state(path: Path) -> dict:

@@ -78,8 +78,13 @@ class Claims:
                 self.last_owner = owner
                 return BUSY
             if owner and not is_ours(owner):
-                log.warning("taking over the stale claim of %s (pid %s on %s since %s)", key, owner.get("pid"),
-                            owner.get("host"), owner.get("time"))  # fmt: skip
+                log.warning(
+                    "taking over the stale claim of %s (pid %s on %s since %s)",
+                    key,
+                    owner.get("pid"),
+                    owner.get("host"),
+                    owner.get("time"),
+                )
             now = time.time()
             self._write(key, {**this_process(), "key": key, "since": now, "heartbeat": now, "time": timestamp()})
             return CLAIMED
@@ -110,8 +115,14 @@ class Claims:
             while not stop.wait(heartbeat_s):
                 if not self.renew(key):
                     owner = self.owner(key) or {}
-                    log.error("the claim of %s was taken over by pid %s on %s (this process looked dead for %.0f s): "
-                              "both may now be doing it", key, owner.get("pid"), owner.get("host"), self.timeout_s)  # fmt: skip
+                    log.error(
+                        "the claim of %s was taken over by pid %s on %s (this process looked dead for %.0f s): "
+                        "both may now be doing it",
+                        key,
+                        owner.get("pid"),
+                        owner.get("host"),
+                        self.timeout_s,
+                    )
                     return
 
         thread = threading.Thread(target=beat, name=f"claim-heartbeat-{key}", daemon=True)
@@ -159,8 +170,10 @@ def exclusive_folder(folder: str | os.PathLike, doing: str) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise FolderBusy(f"{folder}: {doing} by another process ({_holder(owner_file)}); wait for it to end, "
-                         "or stop it: the next start resumes") from None  # fmt: skip
+        raise FolderBusy(
+            f"{folder}: {doing} by another process ({_holder(owner_file)}); wait for it to end, "
+            "or stop it: the next start resumes"
+        ) from None
     try:
         atomic_write_text(owner_file, json.dumps({**this_process(), "time": timestamp()}))
         yield

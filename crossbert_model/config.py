@@ -70,22 +70,47 @@ class CrossBertConfig(PretrainedConfig):
         num_special_tokens: int = 5,
         **kwargs,
     ):
-        check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std,
-                           predictor_positions=predictor_positions, absolute_positions=absolute_positions)
-        sizes = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
-                 "num_attention_heads": num_attention_heads, "max_position_embeddings": max_position_embeddings,
-                 "intermediate_size": intermediate_size, "predictor_layers": predictor_layers,
-                 "predictor_hidden_size": predictor_hidden_size, "predictor_heads": predictor_heads,
-                 "predictor_intermediate_size": predictor_intermediate_size}  # fmt: skip
+        check_model_values(
+            mask_ratio,
+            mlm_mask_prob,
+            mlm_random_prob,
+            mlp_type,
+            norm_type,
+            embedding_init_std,
+            predictor_positions=predictor_positions,
+            absolute_positions=absolute_positions,
+        )
+        sizes = {
+            "vocab_size": vocab_size,
+            "hidden_size": hidden_size,
+            "num_hidden_layers": num_hidden_layers,
+            "num_attention_heads": num_attention_heads,
+            "max_position_embeddings": max_position_embeddings,
+            "intermediate_size": intermediate_size,
+            "predictor_layers": predictor_layers,
+            "predictor_hidden_size": predictor_hidden_size,
+            "predictor_heads": predictor_heads,
+            "predictor_intermediate_size": predictor_intermediate_size,
+        }
         for name, value in sizes.items():  # None: the default shape (intermediate and predictor sizes)
             if value is not None or name in SHAPE_FIELDS:
                 _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer", value)
-        for name, value in {"pad_token_id": pad_token_id, "mask_token_id": mask_token_id, "cls_token_id": cls_token_id,
-                            "sep_token_id": sep_token_id}.items():  # fmt: skip
+        for name, value in {
+            "pad_token_id": pad_token_id,
+            "mask_token_id": mask_token_id,
+            "cls_token_id": cls_token_id,
+            "sep_token_id": sep_token_id,
+        }.items():
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
             _require(ok, name, f"a token id in [0, {vocab_size})", value)
-        _require(isinstance(num_special_tokens, int) and not isinstance(num_special_tokens, bool) and 0 <= num_special_tokens <= vocab_size,
-                 "num_special_tokens", "an integer from 0 to vocab_size", num_special_tokens)
+        _require(
+            isinstance(num_special_tokens, int)
+            and not isinstance(num_special_tokens, bool)
+            and 0 <= num_special_tokens <= vocab_size,
+            "num_special_tokens",
+            "an integer from 0 to vocab_size",
+            num_special_tokens,
+        )
         if vocab_chunk_rows is not None:
             ok = isinstance(vocab_chunk_rows, int) and not isinstance(vocab_chunk_rows, bool) and vocab_chunk_rows > 0
             _require(ok, "vocab_chunk_rows", "a positive integer or null", vocab_chunk_rows)
@@ -154,12 +179,21 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 PREDICTOR_POSITION_ROUTES = {
     "rotary": "rotary on the predictor's queries and on the encoder outputs as its keys (keys carry positions of their own)",
     "encoder": "queries = mask embedding + a learned query position; keys carry no position of their own, so positions "
-               "reach the predictor only through the encoder (CrossMAE); needs absolute_positions",
+    "reach the predictor only through the encoder (CrossMAE); needs absolute_positions",
 }
 
 
-def check_model_values(mask_ratio, mlm_mask_prob, mlm_random_prob, mlp_type, norm_type, embedding_init_std=None,
-                       section: str = "", predictor_positions: str = "rotary", absolute_positions: bool = False) -> None:
+def check_model_values(
+    mask_ratio,
+    mlm_mask_prob,
+    mlm_random_prob,
+    mlp_type,
+    norm_type,
+    embedding_init_std=None,
+    section: str = "",
+    predictor_positions: str = "rotary",
+    absolute_positions: bool = False,
+) -> None:
     """The checks of the values a CrossBertConfig holds and a run's model section sets, defined once for both:
     a ValueError naming the field with `section` in front ("model." for the model section, where
     crossbert_model.train_config makes it a ConfigError). A mask_ratio of None is the objective's default,
@@ -280,4 +314,3 @@ def format_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.{1 if n / scale < 100 else 0}f}{unit}"
     return str(int(n)) if float(n).is_integer() else f"{n:.3g}"
-

@@ -15,7 +15,9 @@ class DataArgs:
     text_field: Annotated[str, Text()] = "text"  # the jsonl field holding a document's text
     tokenizer: Annotated[str, Text()] = "train"  # "train" (WordPiece on the corpus) | "minilm" | path to a tokenizer folder
     vocab_size: Annotated[int, POSITIVE_INT] = 8192  # for a trained tokenizer
-    seq_len: Annotated[int, Range(3, integer=True, words="an integer >= 3 ([CLS] + text + [SEP])")] = 128  # tokens per training sequence, [CLS] and [SEP] included
+    seq_len: Annotated[int, Range(3, integer=True, words="an integer >= 3 ([CLS] + text + [SEP])")] = (
+        128  # tokens per training sequence, [CLS] and [SEP] included
+    )
     val_fraction: Annotated[float, Range(0, 1, high_open=True)] = 0.02  # of documents
     split_seed: Annotated[int, SEED] = 1234  # which documents are held out for validation
     max_documents: Annotated[int | None, POSITIVE_INT] = None  # read only the first N documents (quick experiments, tests)

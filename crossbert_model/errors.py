@@ -167,8 +167,13 @@ def _bug(prog: str, error: Exception, debug: bool) -> None:
     if debug:
         raise
     where = write_crash_report(prog)
-    _exit(prog, f"internal error (a bug in crossbert, not in your input): {type(error).__name__}: {one_line(str(error))[:300]}. "
-                f"The traceback is in {where}; --debug shows it here. Completed work is kept.", BUG_EXIT, debug)
+    _exit(
+        prog,
+        f"internal error (a bug in crossbert, not in your input): {type(error).__name__}: {one_line(str(error))[:300]}. "
+        f"The traceback is in {where}; --debug shows it here. Completed work is kept.",
+        BUG_EXIT,
+        debug,
+    )
 
 
 # Where a command writes the traceback of an unexpected error: the folder it writes to, registered by the command once

@@ -22,6 +22,7 @@ import torch
 from .args import ConfigError
 
 from .defaults import DTYPES  # the one home of the dtype choices
+
 # bf16 must be clearly faster to be worth its rounding: a ratio near 1 is timing noise.
 BF16_MIN_SPEEDUP = 1.2
 

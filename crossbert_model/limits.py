@@ -81,8 +81,18 @@ class Range(Limit):
     """A number (`integer`: an integer) from `low` to `high`, each end closed unless said open; `words` / `shown`
     replace the generated wording ("a positive integer", "a number in [0, 1)") and its short form ("> 0", "0 <= x < 1")."""
 
-    def __init__(self, low: float = -INF, high: float = INF, *, low_open: bool = False, high_open: bool = False,
-                 integer: bool = False, words: str | None = None, shown: str | None = None, or_null: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        low: float = -INF,
+        high: float = INF,
+        *,
+        low_open: bool = False,
+        high_open: bool = False,
+        integer: bool = False,
+        words: str | None = None,
+        shown: str | None = None,
+        or_null: bool = True,
+    ):
         self.low, self.high, self.low_open, self.high_open, self.integer = low, high, low_open, high_open, integer
         self.expected, self.shown, self.or_null = words or self._words(), shown or self._shown(), or_null
 
@@ -94,7 +104,15 @@ class Range(Limit):
 
     def _words(self) -> str:
         noun = "an integer" if self.integer else "a number"
-        if self.high == INF and self.low == 0 and self.low_open or self.integer and self.high == INF and self.low == 1 and not self.low_open:
+        if (
+            self.high == INF
+            and self.low == 0
+            and self.low_open
+            or self.integer
+            and self.high == INF
+            and self.low == 1
+            and not self.low_open
+        ):
             return "a positive integer" if self.integer else "a positive number"
         if self.high == INF:
             return f"{noun} {'>' if self.low_open else '>='} {self.low:g}"
@@ -305,8 +323,9 @@ class DottedKeys(Limit):
         unknown = [k for k in value if k not in self.keys()] if isinstance(value, list) else []
         if unknown and isinstance(unknown[0], str):
             hint = close_matches(unknown[0], self.keys())
-            return (f"expected {self.expected}, got unknown key {unknown[0]!r}"
-                    + (f" (did you mean {' or '.join(hint)}?)" if hint else ""))  # fmt: skip
+            return f"expected {self.expected}, got unknown key {unknown[0]!r}" + (
+                f" (did you mean {' or '.join(hint)}?)" if hint else ""
+            )
         return f"expected {self.expected}, got {value!r}"
 
 

@@ -143,7 +143,11 @@ def mlm_masking(
     corrupted = np.where(to_mask, mask_token_id, np.where(to_random, random_ids, ids))
     labels = np.where(selected, ids, -100)
     device = input_ids.device
-    return {"input_ids": torch.from_numpy(corrupted).to(device), "attention_mask": attention_mask, "labels": torch.from_numpy(labels).to(device)}
+    return {
+        "input_ids": torch.from_numpy(corrupted).to(device),
+        "attention_mask": attention_mask,
+        "labels": torch.from_numpy(labels).to(device),
+    }
 
 
 def complementary_views(attention_mask: torch.Tensor, num_views: int, rng: RowRandom) -> torch.Tensor:
@@ -281,9 +285,7 @@ def mlm_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, rng
 def crossbert_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, config, rng: RowRandom) -> dict:
     """A CrossBERT's inputs: the uncorrupted tokens, the views (CMS or random) and their packing."""
     real = none_if_all(attention_mask.bool())
-    visible = crossbert_views(
-        attention_mask, mask_ratio=config.mask_ratio, complementary=config.complementary_masking, rng=rng
-    )
+    visible = crossbert_views(attention_mask, mask_ratio=config.mask_ratio, complementary=config.complementary_masking, rng=rng)
     return {"input_ids": input_ids, "attention_mask": real, "visible": visible, **crossbert_packing(visible, real)}
 
 

@@ -296,11 +296,19 @@ class PreTrainingOutput(ModelOutput):
 def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> PreTrainingOutput:
     loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
     count = labels.new_full((), labels.numel())  # filled on the device: no host-to-device copy
-    return PreTrainingOutput(loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, logits=logits, labels=labels)
+    return PreTrainingOutput(
+        loss=loss_sum / count.clamp(min=1), loss_sum=loss_sum, num_predicted=count, logits=logits, labels=labels
+    )
 
 
-def _vocab_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, labels: torch.Tensor, chunk_rows: int | None,
-                want_logits: bool = False) -> PreTrainingOutput:  # fmt: skip
+def _vocab_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_rows: int | None,
+    want_logits: bool = False,
+) -> PreTrainingOutput:
     """The loss of the vocabulary projection `hidden @ weight.T + bias` against `labels`: through the fused, chunked
     head (vocab_cross_entropy_sum: the logits of all rows never exist at once) when there are more than `chunk_rows`
     rows, else by full logits (kept in the output: small batches, tests)."""
@@ -412,8 +420,13 @@ class FlatMlmForPreTraining(CrossBertPreTrainedModel):
         hidden = self.encoder(input_ids, attention_mask=attention_mask).last_hidden_state
         # Vocabulary logits only where there is something to predict (15% of tokens by default).
         features = self.head.features(select_rows(hidden, target_positions, target_valid))
-        return _vocab_loss(features, self.encoder.embeddings.weight, self.head.decoder_bias,
-                           select_rows(labels, target_positions, target_valid), self.config.vocab_chunk_rows)
+        return _vocab_loss(
+            features,
+            self.encoder.embeddings.weight,
+            self.head.decoder_bias,
+            select_rows(labels, target_positions, target_valid),
+            self.config.vocab_chunk_rows,
+        )
 
 
 class Predictor(nn.Module):
@@ -434,8 +447,11 @@ class Predictor(nn.Module):
 
     def forward(self, context, context_positions, context_valid, query_positions, query_valid, embedding_weight):
         """Logits (num_valid_queries, vocab) for the queries at `query_positions` (N, Q)."""
-        return F.linear(self.features(context, context_positions, context_valid, query_positions, query_valid), embedding_weight,
-                        self.decoder_bias)
+        return F.linear(
+            self.features(context, context_positions, context_valid, query_positions, query_valid),
+            embedding_weight,
+            self.decoder_bias,
+        )
 
     def features(self, context, context_positions, context_valid, query_positions, query_valid) -> torch.Tensor:
         """(num_valid_queries, hidden): what the tied decoder projects onto the vocabulary."""
@@ -458,8 +474,17 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
         self.predictor = Predictor(config)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask, visible, encoder_positions=None, encoder_valid=None,
-                query_positions=None, query_valid=None, **unused) -> PreTrainingOutput:  # fmt: skip
+    def forward(
+        self,
+        input_ids,
+        attention_mask,
+        visible,
+        encoder_positions=None,
+        encoder_valid=None,
+        query_positions=None,
+        query_valid=None,
+        **unused,
+    ) -> PreTrainingOutput:
         """input_ids, attention_mask: (B, T), never corrupted (attention_mask None: no padding).
         visible: (B, K, T) bool, one row per view (see `masking.crossbert_views`). The K views of a
         sequence run as K rows of one batched pass. The (B, K, L) index tensors of
@@ -473,15 +498,22 @@ class CrossBertForPreTraining(CrossBertPreTrainedModel):
         def rows(x):  # (B, K, L) -> (B * K, L): a view is one row
             return None if x is None else x.reshape(b * k, -1)
 
-        enc_positions, enc_valid, query_positions, query_valid = map(rows, (encoder_positions, encoder_valid, query_positions, query_valid))
+        enc_positions, enc_valid, query_positions, query_valid = map(
+            rows, (encoder_positions, encoder_valid, query_positions, query_valid)
+        )
         ids = input_ids.unsqueeze(1).expand(b, k, t).reshape(b * k, t)
         # Encoder input: the visible tokens only, left-packed, with their original positions.
         context = self.encoder(
             torch.gather(ids, 1, enc_positions), attention_mask=enc_valid, position_ids=enc_positions
         ).last_hidden_state
         features = self.predictor.features(context, enc_positions, enc_valid, query_positions, query_valid)
-        return _vocab_loss(features, self.encoder.embeddings.weight, self.predictor.decoder_bias,
-                           select_rows(ids, query_positions, query_valid), self.config.vocab_chunk_rows)
+        return _vocab_loss(
+            features,
+            self.encoder.embeddings.weight,
+            self.predictor.decoder_bias,
+            select_rows(ids, query_positions, query_valid),
+            self.config.vocab_chunk_rows,
+        )
 
 
 # Importing the model classes registers them with transformers' Auto classes (AutoConfig / AutoModel

@@ -88,10 +88,20 @@ def weights_license(corpus_license: str | None) -> dict:
 
 
 def metadata(config: CrossBertConfig, corpus: dict) -> dict:
-    tags = ["crossbert", f"objective-{config.objective}", "feature-extraction", "sentence-transformers", "custom_code",
-            "masked-language-modeling"]  # fmt: skip
-    meta = {"library_name": "transformers", "pipeline_tag": "feature-extraction", **weights_license(corpus.get("license")),
-            "tags": tags}  # fmt: skip
+    tags = [
+        "crossbert",
+        f"objective-{config.objective}",
+        "feature-extraction",
+        "sentence-transformers",
+        "custom_code",
+        "masked-language-modeling",
+    ]
+    meta = {
+        "library_name": "transformers",
+        "pipeline_tag": "feature-extraction",
+        **weights_license(corpus.get("license")),
+        "tags": tags,
+    }
     dataset = hub_dataset_id(corpus.get("source"))
     if dataset:
         meta["datasets"] = [dataset]
@@ -108,9 +118,14 @@ def losses_section(metrics: dict) -> list[str]:
     keys = sorted(k for k in metrics if k.startswith(LOSS_PREFIXES))
     if not keys:
         return ["No validation or shared-protocol losses were recorded at this step."]
-    lines = ["Shared protocol (crossbert_model.shared_loss): the same held-out sequences and the same selected",
-             "positions for every objective, so these numbers compare across objectives; `val_*` are the",
-             "objective's own validation loss.", "", "| metric | value |", "|---|---|"]  # fmt: skip
+    lines = [
+        "Shared protocol (crossbert_model.shared_loss): the same held-out sequences and the same selected",
+        "positions for every objective, so these numbers compare across objectives; `val_*` are the",
+        "objective's own validation loss.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
     return lines + [f"| {k} | {_number(metrics[k])} |" for k in keys]
 
 
@@ -120,9 +135,19 @@ def probe_score_table(rows: list[dict]) -> list[str]:
     by_unit: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.get("is_main", True) and isinstance(r.get("value"), (int, float)) and r.get("layer") is not None:
-            unit = (r.get("task"), r.get("split"), r.get("probe"), r.get("feature_transform") or "raw", r.get("pooling"), r.get("metric"))
+            unit = (
+                r.get("task"),
+                r.get("split"),
+                r.get("probe"),
+                r.get("feature_transform") or "raw",
+                r.get("pooling"),
+                r.get("metric"),
+            )
             by_unit[unit][int(r["layer"])].append(float(r["value"]))
-    lines = ["| task | split | probe | features | pooling | metric | last layer | best layer |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| task | split | probe | features | pooling | metric | last layer | best layer |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for unit in sorted(by_unit, key=lambda u: tuple(str(x) for x in u)):
         means = {layer: sum(v) / len(v) for layer, v in by_unit[unit].items()}
         last, best = max(means), max(means, key=means.get)
@@ -144,8 +169,9 @@ def usage_section(folder_name: str) -> list[str]:
     ]
 
 
-def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | None, name: str,
-               probe_rows: list[dict] | None = None) -> str:  # fmt: skip
+def model_card(
+    config: CrossBertConfig, trainer_state: dict, run: TrainConfig | None, name: str, probe_rows: list[dict] | None = None
+) -> str:
     """The README.md text: YAML header, then what the checkpoint is and how it was trained."""
     corpus = corpus_facts(run)
     counts = parameter_counts(config)
@@ -157,7 +183,8 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
         "",
         f"A {objective(config.objective).title} text encoder trained with the CrossBERT harness; preset `{preset}`.",
         "`AutoModel` gives the encoder alone (hidden_states: the embeddings, then every block); the pre-training "
-        + ("predictor" if counts["predictor"] else "head") + " is in the weights but not used.",
+        + ("predictor" if counts["predictor"] else "head")
+        + " is in the weights but not used.",
         f"sentence-transformers pools by {ST_POOLING} over real tokens of the last layer, at most {sentence_length(config)} tokens per text.",
         "",
         "## Use (no CrossBERT package needed; the model code is in this folder)",
@@ -168,11 +195,19 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
         "",
         "| | |",
         "|---|---|",
-        f"| objective | {config.objective} (mask ratio {config.mask_ratio:g}" + (", complementary masking" if counts["predictor"] and config.complementary_masking else "") + ") |",
+        f"| objective | {config.objective} (mask ratio {config.mask_ratio:g}"
+        + (", complementary masking" if counts["predictor"] and config.complementary_masking else "")
+        + ") |",
         f"| preset | {preset} |",
         f"| encoder | {config.num_hidden_layers} layers, width {config.hidden_size}, {config.num_attention_heads} heads, {config.mlp_type} MLP, {config.norm_type} |",
         f"| parameters: encoder | {counts['encoder']:,} ({counts['encoder_non_embedding']:,} non-embedding, {counts['embedding']:,} embedding) |",
-        f"| parameters: predictor | {counts['predictor']:,}" + (f" ({config.predictor_layers} cross-attention blocks, width {config.predictor_hidden_size})" if counts["predictor"] else "") + " |",
+        f"| parameters: predictor | {counts['predictor']:,}"
+        + (
+            f" ({config.predictor_layers} cross-attention blocks, width {config.predictor_hidden_size})"
+            if counts["predictor"]
+            else ""
+        )
+        + " |",
         f"| parameters: head | {counts['head']:,} |",
         f"| vocabulary | {config.vocab_size:,} |",
         "",
@@ -183,10 +218,14 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
         f"| corpus | {corpus.get('name', 'unknown')}" + (f" ({corpus['source']})" if corpus.get("source") else "") + " |",
         f"| corpus licence | {corpus.get('license', 'unknown')} |",
         f"| steps | {step} of {trainer_state.get('total_steps')} |",
-        f"| tokens seen | {trainer_state.get('corpus_tokens', 'unknown'):,} |" if "corpus_tokens" in trainer_state else "| tokens seen | unknown |",
+        f"| tokens seen | {trainer_state.get('corpus_tokens', 'unknown'):,} |"
+        if "corpus_tokens" in trainer_state
+        else "| tokens seen | unknown |",
         f"| sequence length | {seq_len} |",
         f"| training FLOPs per token | {format_count(training_flops_per_token(config, seq_len))} |",
-        f"| training FLOPs | {trainer_state['train_flops']:.4g} |" if "train_flops" in trainer_state else "| training FLOPs | unknown |",
+        f"| training FLOPs | {trainer_state['train_flops']:.4g} |"
+        if "train_flops" in trainer_state
+        else "| training FLOPs | unknown |",
         f"| code revision | {trainer_state.get('git_revision', 'unknown')} |",
         "",
         "## Losses at this step",
@@ -195,20 +234,30 @@ def model_card(config: CrossBertConfig, trainer_state: dict, run: TrainConfig | 
         "",
         "## Frozen probe scores",
         "",
-        *(probe_score_table(probe_rows) if probe_rows else ["No probe results for this checkpoint when it was written (`crossbert probe`, then `crossbert export`)."]),
+        *(
+            probe_score_table(probe_rows)
+            if probe_rows
+            else ["No probe results for this checkpoint when it was written (`crossbert probe`, then `crossbert export`)."]
+        ),
         "",
         "## Licence",
         "",
         f"Training text: {corpus.get('license', 'terms unknown (no MANIFEST.md row for the corpus)')}. The weights carry the "
         f"training text's terms: the header's `license` is `{weights_license(corpus.get('license'))['license']}`. "
         f"Code in this folder: {CODE_LICENSE} (this repository's licence).",
-    ]  # fmt: skip
+    ]
     header = yaml.safe_dump(metadata(config, corpus), sort_keys=False).strip()
     return f"---\n{header}\n---\n\n" + "\n".join(body) + "\n"
 
 
-def write_model_card(folder: str | Path, config: CrossBertConfig, trainer_state: dict, run: TrainConfig | None, name: str,
-                     probe_rows: list[dict] | None = None) -> Path:  # fmt: skip
+def write_model_card(
+    folder: str | Path,
+    config: CrossBertConfig,
+    trainer_state: dict,
+    run: TrainConfig | None,
+    name: str,
+    probe_rows: list[dict] | None = None,
+) -> Path:
     path = CheckpointDir(folder).model_card
     atomic_write_text(path, model_card(config, trainer_state, run, name, probe_rows))
     return path

@@ -79,8 +79,7 @@ def _mlm_head_parameters(c: CrossBertConfig) -> dict[str, int]:
 def _mlm_flops_by_part(c: CrossBertConfig, seq_len: int) -> dict[str, float]:
     """Encoder on every token, head transform + vocabulary logits on the `mask_ratio` selected tokens."""
     d, v, r = c.hidden_size, c.vocab_size, c.mask_ratio
-    return {"encoder": 3.0 * encoder_forward_flops(c, 1.0, seq_len), "predictor": 0.0,
-            "head": 3.0 * r * (2 * d * d + 2 * d * v)}  # fmt: skip
+    return {"encoder": 3.0 * encoder_forward_flops(c, 1.0, seq_len), "predictor": 0.0, "head": 3.0 * r * (2 * d * d + 2 * d * v)}
 
 
 # -- CrossBERT ---------------------------------------------------------------------------------------
@@ -124,7 +123,9 @@ def _crossbert_flops_by_part(c: CrossBertConfig, seq_len: int) -> dict[str, floa
     p = c.predictor_hidden_size
     enc = k * encoder_forward_flops(c, visible_frac, context)
     kv = k * visible_frac * c.predictor_layers * 2 * (2 * d * p)
-    per_query = c.predictor_layers * (2 * (2 * p * p + mlp_params(p, c.predictor_intermediate_size, c.mlp_type)) + 2 * 2 * context * p)
+    per_query = c.predictor_layers * (
+        2 * (2 * p * p + mlp_params(p, c.predictor_intermediate_size, c.mlp_type)) + 2 * 2 * context * p
+    )
     per_query += 2 * (p * d if p != d else 0)
     queries = k * masked_frac
     return {"encoder": 3.0 * enc, "predictor": 3.0 * (queries * per_query + kv), "head": 3.0 * queries * 2 * d * v}

@@ -52,8 +52,14 @@ def sentence_length(config: CrossBertConfig) -> int:
 
 def pooling_config(hidden_size: int) -> dict:
     """1_Pooling/config.json in the keys every sentence-transformers release reads: mean over real tokens."""
-    modes = {"cls_token": False, "mean_tokens": True, "max_tokens": False, "mean_sqrt_len_tokens": False,
-             "weightedmean_tokens": False, "lasttoken": False}  # fmt: skip
+    modes = {
+        "cls_token": False,
+        "mean_tokens": True,
+        "max_tokens": False,
+        "mean_sqrt_len_tokens": False,
+        "weightedmean_tokens": False,
+        "lasttoken": False,
+    }
     return {"word_embedding_dimension": hidden_size, **{f"pooling_mode_{k}": v for k, v in modes.items()}, "include_prompt": True}
 
 

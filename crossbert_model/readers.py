@@ -205,8 +205,10 @@ def read_torch_pickle(file: PathLike, what: str, error: ErrorClass = ReadError) 
         return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:  # weights_only refused a global (and its subclasses)
         blocked = re.search(r"unsupported GLOBAL (\S+)", str(e))
-        raise error(f"{file}: not {what} this tool can read: a pickle that asks to run code when loaded"
-                    f"{f' ({blocked.group(1)})' if blocked else ''}, refused") from None
+        raise error(
+            f"{file}: not {what} this tool can read: a pickle that asks to run code when loaded"
+            f"{f' ({blocked.group(1)})' if blocked else ''}, refused"
+        ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise error(f"{file}: not {what} this tool can read (truncated or corrupt?): {one_line(str(e))[:200]}") from None
 

@@ -191,7 +191,9 @@ def encoder_reliance(model, ids: torch.Tensor, unigram_entropy: float | None, ba
     return out
 
 
-def encoder_reliance_for_checkpoint(path: str | Path, eval_sequences: int | None = None, overrides: list[str] | None = None) -> dict:
+def encoder_reliance_for_checkpoint(
+    path: str | Path, eval_sequences: int | None = None, overrides: list[str] | None = None
+) -> dict:
     """The encoder reliance of a checkpoint folder (runs/<name>/checkpoints/step_N) on its run's validation
     sequences (the first `eval_sequences`, default the run's own), against the unigram entropy of the same
     targets (recorded by the trainer, else computed)."""
@@ -211,5 +213,8 @@ def encoder_reliance_for_checkpoint(path: str | Path, eval_sequences: int | None
     entropy = (read_trainer_state(path).get("metrics") or {}).get(key)
     if entropy is None:
         entropy = protocol_unigram_entropies(unigram_counts(data.train, model.config.vocab_size), ids, ratio)[key]
-    return {"reliance_sequences": n, "reliance_ratio_key": protocol_key("shared_loss", ratio),
-            **encoder_reliance(model, ids, entropy, cfg.batch_size)}  # fmt: skip
+    return {
+        "reliance_sequences": n,
+        "reliance_ratio_key": protocol_key("shared_loss", ratio),
+        **encoder_reliance(model, ids, entropy, cfg.batch_size),
+    }

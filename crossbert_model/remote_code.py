@@ -42,8 +42,9 @@ def from_pretrained(loader, folder: str | Path, *, trust_remote_code: bool, how_
     """`loader.from_pretrained(folder)` (an Auto class or a concrete one), local files only, with an
     explicit trust_remote_code. A folder that needs its own code, not trusted: one line saying so."""
     try:
-        return loader.from_pretrained(str(folder), local_files_only=True, trust_remote_code=code_allowed(folder, trust_remote_code),
-                                      **kwargs)  # fmt: skip
+        return loader.from_pretrained(
+            str(folder), local_files_only=True, trust_remote_code=code_allowed(folder, trust_remote_code), **kwargs
+        )
     except ValueError as e:
         if "trust_remote_code" not in str(e):
             raise

@@ -120,8 +120,15 @@ def protocol_selections(attention_mask: torch.Tensor, ratios=SHARED_LOSS_RATIOS)
 
 
 def shared_loss_sums(
-    model, config, input_ids: torch.Tensor, selections: dict[float, torch.Tensor], batch_size: int, device,
-    autocast=None, rows=None, attention_mask: torch.Tensor | None = None,
+    model,
+    config,
+    input_ids: torch.Tensor,
+    selections: dict[float, torch.Tensor],
+    batch_size: int,
+    device,
+    autocast=None,
+    rows=None,
+    attention_mask: torch.Tensor | None = None,
 ) -> dict[float, tuple[float, int]]:
     """(loss sum, count) per ratio over an evaluation set (N, T); `attention_mask` defaults to none
     padded (packed pre-training sequences).
@@ -191,7 +198,12 @@ def shared_losses_for_checkpoint(
     amp = torch_autocast_dtype(dtype)
     with torch.no_grad():
         sums = shared_loss_sums(
-            model, model.config, ids, selections, batch_size or cfg.batch_size, torch.device(device),
+            model,
+            model.config,
+            ids,
+            selections,
+            batch_size or cfg.batch_size,
+            torch.device(device),
             autocast=lambda: torch.autocast(torch.device(device).type, dtype=amp or torch.float32, enabled=amp is not None),
         )
     step = read_trainer_state(path).get("step")

@@ -45,6 +45,7 @@ class TrackedRun(Protocol):
     wandb_project: str
     wandb_mode: str
 
+
 log = logging.getLogger("crossbert.tracking")
 
 # The name every TensorBoard writer gives its files; a run folder's are all ours to rebuild.

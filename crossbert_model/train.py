@@ -286,12 +286,16 @@ class Trainer:
                 rows = list({r["step"]: r for r in rows}.values())  # one row a step (older files may hold steps twice)
                 atomic_write_text(metrics_file, "".join(json.dumps(r) + "\n" for r in rows))
         if path is not None:
-            (log.info if self.env.is_main else log.debug)("resumed %s from %s (step %d of %d)", self.run_dir, path, step, self.total_steps)
+            (log.info if self.env.is_main else log.debug)(
+                "resumed %s from %s (step %d of %d)", self.run_dir, path, step, self.total_steps
+            )
         return step
 
     def _run_info(self, step: int) -> dict:
         info_file = self.layout.run_info
-        history = read_json(info_file, "a run's run_info.json", CheckpointError).get("config_history", []) if info_file.exists() else []
+        history = (
+            read_json(info_file, "a run's run_info.json", CheckpointError).get("config_history", []) if info_file.exists() else []
+        )
         if self.allowed_changes:
             changes = {key: {"saved": old, "now": new} for key, old, new in self.allowed_changes}
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -436,8 +440,14 @@ class Trainer:
         model = self.model if cfg.distributed == "fsdp" else self.hf_model
         selections = protocol_selections(torch.ones_like(ids), protocol_ratios(self.model_config.mask_ratio))
         sums = shared_loss_sums(
-            model, self.model_config, ids, selections, cfg.batch_size, env.device,
-            autocast=self._autocast, rows=lambda r: (env.rank * r // env.world_size, (env.rank + 1) * r // env.world_size),
+            model,
+            self.model_config,
+            ids,
+            selections,
+            cfg.batch_size,
+            env.device,
+            autocast=self._autocast,
+            rows=lambda r: (env.rank * r // env.world_size, (env.rank + 1) * r // env.world_size),
         )
         ratios = list(sums)
         reduced = D.all_reduce_sum(env, *[x for ratio in ratios for x in sums[ratio]])
@@ -513,7 +523,9 @@ class Trainer:
                 **provenance(),
             }
             card = model_card(self.hf_model.config, state, self.cfg, self.layout.name)
-            save_checkpoint(self.layout.checkpoint(step).path, self.hf_model, model_state, self.data.tokenizer, state, optim_state, card)
+            save_checkpoint(
+                self.layout.checkpoint(step).path, self.hf_model, model_state, self.data.tokenizer, state, optim_state, card
+            )
             self._prune_periodic()
         D.barrier(self.env)
 
@@ -551,10 +563,19 @@ class Trainer:
         (log.info if env.is_main else log.debug)(
             "training %s: %s %s (%s encoder params, %.3g train FLOPs/token), %d steps x %d seqs x %d tokens, "
             "%d process(es), dtype %s (%s), corpus %s",
-            self.run_dir, self.model_config.objective, cfg.model.preset, f"{counts['params_encoder']:,}",
-            self.flops_per_token, self.total_steps, cfg.batch_size, cfg.data.seq_len, env.world_size, cfg.dtype,
-            self.precision["reason"], corpus_location(cfg.data),
-        )  # fmt: skip
+            self.run_dir,
+            self.model_config.objective,
+            cfg.model.preset,
+            f"{counts['params_encoder']:,}",
+            self.flops_per_token,
+            self.total_steps,
+            cfg.batch_size,
+            cfg.data.seq_len,
+            env.world_size,
+            cfg.dtype,
+            self.precision["reason"],
+            corpus_location(cfg.data),
+        )
         self.model.train()
         views = num_views(self.model_config)
         bar = tqdm(total=self.total_steps, initial=self.start_step, desc=f"train {cfg.name}", disable=not env.is_main or None)
@@ -590,10 +611,22 @@ class Trainer:
                 window_start, window_tokens = time.perf_counter(), 0
                 bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{row['mfu']:.1%}")
                 # no terminal: log lines instead of the bar, every progress_every steps and at least every PROGRESS_LINE_S
-                if bar.disable and env.is_main and (done % progress_every == 0 or time.monotonic() - last_line >= PROGRESS_LINE_S):
+                if (
+                    bar.disable
+                    and env.is_main
+                    and (done % progress_every == 0 or time.monotonic() - last_line >= PROGRESS_LINE_S)
+                ):
                     left = (self.total_steps - done) * cfg.batch_size * cfg.data.seq_len / max(tps, 1e-9)
-                    log.info("step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%% ETA %s", done, self.total_steps, out["loss"], out["lr"],
-                             f"{tps:,.0f}", 100 * row["mfu"], duration(left))  # fmt: skip
+                    log.info(
+                        "step %d/%d loss %.4f lr %.2e %s tok/s MFU %.1f%% ETA %s",
+                        done,
+                        self.total_steps,
+                        out["loss"],
+                        out["lr"],
+                        f"{tps:,.0f}",
+                        100 * row["mfu"],
+                        duration(left),
+                    )
                     last_line = time.monotonic()
             # every checkpoint carries its validation loss (the sweep tables join probe scores with it)
             val = self.evaluate() if evaluate else {}

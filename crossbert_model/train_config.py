@@ -20,9 +20,22 @@ from .args import ConfigError, load_config, require
 from .data_args import DataArgs
 from .defaults import DTYPES
 from .limits import (
-    FOLDER_NAME_LIMIT, FRACTION, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, SEED, Check, DottedKeys, OneOf, OutsideDataRoot,
-    Range, Text, check_limits, check_relations, relation,
-)  # fmt: skip
+    FOLDER_NAME_LIMIT,
+    FRACTION,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    SEED,
+    Check,
+    DottedKeys,
+    OneOf,
+    OutsideDataRoot,
+    Range,
+    Text,
+    check_limits,
+    check_relations,
+    relation,
+)
 from .presets import PRESETS
 from .run_layout import CheckpointDir
 from .tracking import WANDB_MODES, tracking_problem
@@ -41,15 +54,21 @@ class ModelArgs:
     None keeps the preset's or the objective's default. `model_config` is its one translation."""
 
     preset: Annotated[str, OneOf(*PRESETS)] = "tiny"  # a size preset (`crossbert presets` lists their shapes)
-    objective: Annotated[str, OneOf(lazy="crossbert_model.objectives:objective_names", shown="an objective")] = "mlm"  # a name of crossbert_model.objectives: "mlm" (flat BERT) | "crossbert"
+    objective: Annotated[str, OneOf(lazy="crossbert_model.objectives:objective_names", shown="an objective")] = (
+        "mlm"  # a name of crossbert_model.objectives: "mlm" (flat BERT) | "crossbert"
+    )
     # the wording CrossBertConfig's own check of it has (crossbert_model.config.check_model_values): no "or null"
-    mask_ratio: Annotated[float | None, Range(0, 1, low_open=True, high_open=True, or_null=False)] = None  # default: the objective's (0.15 for mlm, 0.5 for crossbert)
+    mask_ratio: Annotated[float | None, Range(0, 1, low_open=True, high_open=True, or_null=False)] = (
+        None  # default: the objective's (0.15 for mlm, 0.5 for crossbert)
+    )
     # Flat MLM corruption of the selected tokens: shares replaced by [MASK] / by a random token; the
     # rest are kept (BERT: 0.8 / 0.1 / 0.1). Pure masking: mlm_mask_prob=1.0 mlm_random_prob=0.0.
     mlm_mask_prob: Annotated[float, FRACTION] = 0.8
     mlm_random_prob: Annotated[float, FRACTION] = 0.1  # share of the selected tokens replaced by a random token (flat MLM)
     complementary_masking: bool = True  # CrossBERT: K = 1/(1 - mask_ratio) disjoint views per sequence (CMS)
-    predictor_layers: Annotated[int | None, POSITIVE_INT] = None  # default and width: crossbert_model.config.default_predictor_shape
+    predictor_layers: Annotated[int | None, POSITIVE_INT] = (
+        None  # default and width: crossbert_model.config.default_predictor_shape
+    )
     predictor_hidden_size: Annotated[int | None, POSITIVE_INT] = None
     predictor_heads: Annotated[int | None, POSITIVE_INT] = None  # default: the encoder's head width (crossbert_model.config)
     hidden_size: Annotated[int | None, POSITIVE_INT] = None  # overrides of the preset's shape
@@ -57,11 +76,15 @@ class ModelArgs:
     num_attention_heads: Annotated[int | None, POSITIVE_INT] = None  # attention heads (default: the preset's)
     intermediate_size: Annotated[int | None, POSITIVE_INT] = None  # MLP width (default: the preset's)
     mlp_type: Annotated[str, OneOf(lazy="crossbert_model.config:MLP_TYPES", shown="an MLP type")] = "gelu"  # gelu | swiglu
-    norm_type: Annotated[str, OneOf(lazy="crossbert_model.config:NORM_TYPES", shown="a norm type")] = "layernorm"  # layernorm | rmsnorm
+    norm_type: Annotated[str, OneOf(lazy="crossbert_model.config:NORM_TYPES", shown="a norm type")] = (
+        "layernorm"  # layernorm | rmsnorm
+    )
     # default: the config's initializer_range (0.02); flat MLM's tied logits are scaled to match (model.tied_logit_scale)
     embedding_init_std: Annotated[float | None, POSITIVE] = None
     # CrossBERT: where the predictor gets positions, "rotary" | "encoder" (crossbert_model.config.PREDICTOR_POSITION_ROUTES)
-    predictor_positions: Annotated[str, OneOf(lazy="crossbert_model.config:PREDICTOR_POSITION_ROUTES", shown="a route")] = "rotary"
+    predictor_positions: Annotated[str, OneOf(lazy="crossbert_model.config:PREDICTOR_POSITION_ROUTES", shown="a route")] = (
+        "rotary"
+    )
     absolute_positions: bool = False  # learned absolute positions at the encoder's input (the "encoder" route needs them)
     # predicted tokens per chunk of the fused vocabulary head (crossbert_model.model.vocab_cross_entropy_sum); null: full logits
     vocab_chunk_rows: Annotated[int | None, POSITIVE_INT] = 4096
@@ -74,9 +97,17 @@ class ModelArgs:
         from .config import check_model_values
 
         try:
-            check_model_values(self.mask_ratio, self.mlm_mask_prob, self.mlm_random_prob, self.mlp_type, self.norm_type,
-                               self.embedding_init_std, section=prefix, predictor_positions=self.predictor_positions,
-                               absolute_positions=self.absolute_positions)  # fmt: skip
+            check_model_values(
+                self.mask_ratio,
+                self.mlm_mask_prob,
+                self.mlm_random_prob,
+                self.mlp_type,
+                self.norm_type,
+                self.embedding_init_std,
+                section=prefix,
+                predictor_positions=self.predictor_positions,
+                absolute_positions=self.absolute_positions,
+            )
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
@@ -130,12 +161,16 @@ class TrainConfig:
     activation_checkpointing: bool = False
     # Defining keys (see NON_DEFINING_KEYS) a resume may change on purpose, e.g. [optim.lr] to continue a
     # diverged run with a lower learning rate. Each accepted change is recorded in run_info.json.
-    resume_allow_changes: Annotated[list[str], DottedKeys("crossbert_model.train_config:TrainConfig")] = field(default_factory=list)
+    resume_allow_changes: Annotated[list[str], DottedKeys("crossbert_model.train_config:TrainConfig")] = field(
+        default_factory=list
+    )
     # Where the scalars of metrics.jsonl also go (crossbert_model.tracking): tensorboard (event files in the run
     # folder) and/or wandb (needs `pip install 'crossbert[tracking]'`); [] writes metrics.jsonl alone.
     tracking: Annotated[list[str], Check(tracking_problem, "tensorboard|wandb")] = field(default_factory=lambda: ["tensorboard"])
     wandb_project: Annotated[str, Text("a W&B project name")] = "crossbert"
-    wandb_mode: Annotated[str, OneOf(*WANDB_MODES)] = "offline"  # offline (run files in <run>/wandb; `wandb sync` uploads them) | online
+    wandb_mode: Annotated[str, OneOf(*WANDB_MODES)] = (
+        "offline"  # offline (run files in <run>/wandb; `wandb sync` uploads them) | online
+    )
     group: Annotated[str | None, Text("a name")] = None  # the runs this one is compared with (a sweep sets its name): W&B's group
     model: ModelArgs = field(default_factory=ModelArgs)
     data: DataArgs = field(default_factory=DataArgs)
@@ -152,7 +187,12 @@ class TrainConfig:
 
     @relation("batch_size", "grad_accum")
     def _batch_size_splits_into_micro_batches(self, prefix: str) -> None:
-        require(self.batch_size % self.grad_accum == 0, f"{prefix}batch_size", f"a multiple of grad_accum ({self.grad_accum})", self.batch_size)
+        require(
+            self.batch_size % self.grad_accum == 0,
+            f"{prefix}batch_size",
+            f"a multiple of grad_accum ({self.grad_accum})",
+            self.batch_size,
+        )
 
     @relation("model", "data")
     def _the_model_config_builds(self, prefix: str) -> None:
@@ -167,11 +207,31 @@ class TrainConfig:
 
 # Keys that do not change what is trained: a run may be resumed with other values for them.
 NON_DEFINING_KEYS = {
-    "name", "out_dir", "resume", "log_every", "eval_every", "eval_sequences", "checkpoint_steps",
-    "checkpoint_every", "num_threads", "peak_flops", "distributed", "data.cache_dir", "data.data_root",
-    "resume_allow_changes", "compile", "deterministic", "activation_checkpointing", "data.num_workers",
-    "data.trust_remote_code", "tracking", "wandb_project", "wandb_mode", "group", "model.vocab_chunk_rows",
-}  # fmt: skip
+    "name",
+    "out_dir",
+    "resume",
+    "log_every",
+    "eval_every",
+    "eval_sequences",
+    "checkpoint_steps",
+    "checkpoint_every",
+    "num_threads",
+    "peak_flops",
+    "distributed",
+    "data.cache_dir",
+    "data.data_root",
+    "resume_allow_changes",
+    "compile",
+    "deterministic",
+    "activation_checkpointing",
+    "data.num_workers",
+    "data.trust_remote_code",
+    "tracking",
+    "wandb_project",
+    "wandb_mode",
+    "group",
+    "model.vocab_chunk_rows",
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,7 +260,17 @@ def model_config(m: ModelArgs, data: DataArgs, tokenizer=None) -> "CrossBertConf
     from .data.tokenizer import check_tokenizer_matches, special_token_config
     from .objectives import config_from_preset
 
-    shape = {k: getattr(m, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "predictor_hidden_size", "predictor_heads")}
+    shape = {
+        k: getattr(m, k)
+        for k in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "predictor_hidden_size",
+            "predictor_heads",
+        )
+    }
     tokens = special_token_config(tokenizer) if tokenizer is not None else {"vocab_size": data.vocab_size}
     config = config_from_preset(
         m.preset,

@@ -33,7 +33,10 @@ OFFLINE_ENV = {
     "HF_UPDATE_DOWNLOAD_COUNTS": "0",
 }
 # The offline switches libraries keep as module constants, read from the environment when first imported.
-OFFLINE_CONSTANTS = {"huggingface_hub.constants": ("HF_HUB_OFFLINE",), "datasets.config": ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+OFFLINE_CONSTANTS = {
+    "huggingface_hub.constants": ("HF_HUB_OFFLINE",),
+    "datasets.config": ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"),
+}
 
 
 ONLINE_ENV = "CROSSBERT_ONLINE"
@@ -185,6 +188,7 @@ def finite_or_null(obj: Any) -> Any:
 
 def json_text(obj: Any, default=str, **kwargs) -> str:
     """The one JSON writer: strict JSON (finite_or_null), `default` for what json cannot serialise (numpy scalars, ...)."""
+
     def serialise(o):
         if type(o).__module__ == "numpy" and hasattr(o, "item") and getattr(o, "ndim", 0) == 0:
             return finite_or_null(o.item())  # a numpy scalar is the number it holds

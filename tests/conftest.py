@@ -66,8 +66,11 @@ def minilm_hub_cache(tmp_path_factory) -> HubCache:
     from crossbert_eval.zoo import seed_hub_cache
     from crossbert_model.data.tokenizer import minilm_path
 
-    cache = HubCache(tmp_path_factory.mktemp("minilm-hub-cache"), "sentence-transformers/all-MiniLM-L6-v2",
-                     "8b3219a92973c328a8e22fadcfa821b5dc75636a")  # any 40-hex commit id: the cache is keyed by it
+    cache = HubCache(
+        tmp_path_factory.mktemp("minilm-hub-cache"),
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "8b3219a92973c328a8e22fadcfa821b5dc75636a",
+    )  # any 40-hex commit id: the cache is keyed by it
     seed_hub_cache(cache.root, cache.repo_id, minilm_path(), cache.revision)
     return cache
 

@@ -54,8 +54,10 @@ TINY_STS_ZERO_SHOT = TINY_STS.replace("name: TinySTS", "name: TinySTSZeroShot") 
 @pytest.fixture
 def tiny_tasks(tmp_path, real_data_root, monkeypatch):
     """Slices of the real MRPC (600 train / 200 dev pairs) and STS-B (600 / 200) files as tasks of their own."""
-    for folder, files, n_header in (("tiny_mrpc", {"train.tsv": "glue/MRPC/train.tsv.xz", "dev.tsv": "glue/MRPC/dev.tsv.xz"}, 1),
-                                    ("tiny_sts", {"train.tsv": "stsbenchmark/sts-train.tsv.xz", "dev.tsv": "stsbenchmark/sts-dev.tsv.xz"}, 0)):  # fmt: skip
+    for folder, files, n_header in (
+        ("tiny_mrpc", {"train.tsv": "glue/MRPC/train.tsv.xz", "dev.tsv": "glue/MRPC/dev.tsv.xz"}, 1),
+        ("tiny_sts", {"train.tsv": "stsbenchmark/sts-train.tsv.xz", "dev.tsv": "stsbenchmark/sts-dev.tsv.xz"}, 0),
+    ):
         (tmp_path / "data" / folder).mkdir(parents=True)
         for name, source in files.items():
             lines = lzma.open(real_data_root / source, "rt", encoding="utf-8").read().splitlines()
@@ -145,20 +147,63 @@ def _scores(task_scores: dict[tuple[str, str], float]) -> pd.DataFrame:
     rows = []
     for (task, objective), value in task_scores.items():
         for layer in (0, 2):
-            rows.append({"objective": objective, "size": "tiny", "seed": 0, "step": 10, "total_steps": 10, "is_final": True,
-                         "params_non_embedding": 1, "corpus_tokens": 1, "train_flops": 1, "task": task, "family": "glue",
-                         "split": "validation", "probe": "linear", "metric": "f1", "layer": layer, "layers": 2,
-                         "is_last_layer": layer == 2, "is_main": True, "score": value - (2 if layer == 0 else 0)})  # fmt: skip
+            rows.append(
+                {
+                    "objective": objective,
+                    "size": "tiny",
+                    "seed": 0,
+                    "step": 10,
+                    "total_steps": 10,
+                    "is_final": True,
+                    "params_non_embedding": 1,
+                    "corpus_tokens": 1,
+                    "train_flops": 1,
+                    "task": task,
+                    "family": "glue",
+                    "split": "validation",
+                    "probe": "linear",
+                    "metric": "f1",
+                    "layer": layer,
+                    "layers": 2,
+                    "is_last_layer": layer == 2,
+                    "is_main": True,
+                    "score": value - (2 if layer == 0 else 0),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _baselines(task: str, majority: float, high: float) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"task": task, "family": "glue", "split": "validation", "baseline": "majority", "probe": "majority", "metric": "f1",
-         "score": majority, "score_ci_low": majority - 3, "score_ci_high": high, "n_train": 10, "n_eval": 10},
-        {"task": task, "family": "glue", "split": "validation", "baseline": "tfidf", "probe": "linear", "metric": "f1",
-         "score": 70.0, "score_ci_low": 67.0, "score_ci_high": 73.0, "n_train": 10, "n_eval": 10},
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "task": task,
+                "family": "glue",
+                "split": "validation",
+                "baseline": "majority",
+                "probe": "majority",
+                "metric": "f1",
+                "score": majority,
+                "score_ci_low": majority - 3,
+                "score_ci_high": high,
+                "n_train": 10,
+                "n_eval": 10,
+            },
+            {
+                "task": task,
+                "family": "glue",
+                "split": "validation",
+                "baseline": "tfidf",
+                "probe": "linear",
+                "metric": "f1",
+                "score": 70.0,
+                "score_ci_low": 67.0,
+                "score_ci_high": 73.0,
+                "n_train": 10,
+                "n_eval": 10,
+            },
+        ]
+    )
 
 
 def test_a_task_the_majority_class_matches_is_flagged_and_left_out_of_averages():
@@ -183,10 +228,17 @@ def test_baseline_rows_stand_beside_the_columns_of_their_probe():
 
 
 def test_an_average_of_one_task_is_not_shown_twice():
-    assert redundant_averages({"glue_linear": ["SST-2"], "mteb_sts": ["STSBenchmark"], "mteb_avg": ["STSBenchmark"],
-                               "SST-2:linear": ["SST-2"]}) == ["glue_linear", "mteb_avg", "mteb_sts"]  # fmt: skip
-    assert redundant_averages({"glue_linear": ["MRPC", "SST-2"], "mteb_sts": ["STS12", "STS13"], "mteb_classification": ["Banking77"],
-                               "mteb_avg": ["Banking77", "STS12", "STS13"]}) == ["mteb_classification"]  # fmt: skip
+    assert redundant_averages(
+        {"glue_linear": ["SST-2"], "mteb_sts": ["STSBenchmark"], "mteb_avg": ["STSBenchmark"], "SST-2:linear": ["SST-2"]}
+    ) == ["glue_linear", "mteb_avg", "mteb_sts"]
+    assert redundant_averages(
+        {
+            "glue_linear": ["MRPC", "SST-2"],
+            "mteb_sts": ["STS12", "STS13"],
+            "mteb_classification": ["Banking77"],
+            "mteb_avg": ["Banking77", "STS12", "STS13"],
+        }
+    ) == ["mteb_classification"]
 
 
 def test_score_panels_draw_their_baselines_and_are_not_stretched_to_noise(tmp_path):
@@ -229,6 +281,8 @@ def test_the_report_loader_reads_a_folders_baselines(tiny_tasks):
 
 
 def test_the_command_refuses_a_plain_folder_without_tasks(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "crossbert_eval.cli", "baselines", str(tmp_path / "new")], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "crossbert_eval.cli", "baselines", str(tmp_path / "new")], capture_output=True, text=True
+    )
     assert out.returncode == 2 and "--tasks" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()

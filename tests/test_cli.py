@@ -37,12 +37,25 @@ REPO = Path(__file__).resolve().parent.parent
 def _train_argv(corpus_args, out_dir: Path, *overrides: str) -> list[str]:
     """`crossbert train` on the test corpus (its tokenized cache is already built by the fixture)."""
     return [
-        "train", str(REPO / "configs/train/tiny_mlm.yaml"), f"out_dir={out_dir}", "name=cli", "model.preset=nano",
-        f"data.corpus={corpus_args.corpus}", f"data.vocab_size={corpus_args.vocab_size}", f"data.seq_len={corpus_args.seq_len}",
-        f"data.max_documents={corpus_args.max_documents}", f"data.val_fraction={corpus_args.val_fraction}",
-        f"data.cache_dir={corpus_args.cache_dir}", "dtype=fp32", "batch_size=8", "eval_sequences=16", "log_every=1",
-        "checkpoint_steps=[]", "checkpoint_every=0", *overrides,
-    ]  # fmt: skip
+        "train",
+        str(REPO / "configs/train/tiny_mlm.yaml"),
+        f"out_dir={out_dir}",
+        "name=cli",
+        "model.preset=nano",
+        f"data.corpus={corpus_args.corpus}",
+        f"data.vocab_size={corpus_args.vocab_size}",
+        f"data.seq_len={corpus_args.seq_len}",
+        f"data.max_documents={corpus_args.max_documents}",
+        f"data.val_fraction={corpus_args.val_fraction}",
+        f"data.cache_dir={corpus_args.cache_dir}",
+        "dtype=fp32",
+        "batch_size=8",
+        "eval_sequences=16",
+        "log_every=1",
+        "checkpoint_steps=[]",
+        "checkpoint_every=0",
+        *overrides,
+    ]
 
 
 def _sweep_argv(out_dir: Path, *options: str) -> list[str]:
@@ -138,7 +151,9 @@ def _nano_model(tmp_path: Path, **config) -> str:
 
 def _zoo_of(tmp_path: Path, entries: list[str]) -> Path:
     path = tmp_path / "zoo.yaml"
-    path.write_text("name: z\nprobe_tasks: [TREC]\nmteb_tasks: []\ngeometry_tasks: []\nmodels:\n" + "".join(f"  - {e}\n" for e in entries))
+    path.write_text(
+        "name: z\nprobe_tasks: [TREC]\nmteb_tasks: []\ngeometry_tasks: []\nmodels:\n" + "".join(f"  - {e}\n" for e in entries)
+    )
     return path
 
 
@@ -240,180 +255,327 @@ class Case:
 
 
 EVERY_OUTPUT = ("runs", "r", "f", "m", "code-ran")
-_TREC = lambda edit: (lambda t: {"CROSSBERT_TASKS_DIR": str(_tasks_dir_with(t, "TREC", edit))})  # noqa: E731
+_TREC = lambda edit: lambda t: {"CROSSBERT_TASKS_DIR": str(_tasks_dir_with(t, "TREC", edit))}  # noqa: E731
 
 CASES = {
     # data root, task files, options
     "data root from env missing": Case(
-        lambda t, c: ["tasks"], ["/nonexistent", "CROSSBERT_DATA_ROOT"], env=lambda t: {"CROSSBERT_DATA_ROOT": "/nonexistent"}),
+        lambda t, c: ["tasks"], ["/nonexistent", "CROSSBERT_DATA_ROOT"], env=lambda t: {"CROSSBERT_DATA_ROOT": "/nonexistent"}
+    ),
     "data root option missing": Case(lambda t, c: ["tasks", "--data-root", "/nonexistent"], ["/nonexistent", "--data-root"]),
     "typo in a nested task key": Case(
-        lambda t, c: _probe_argv(t, "minilm", tasks="STS13"), ["STS13.yaml", "heder"],
+        lambda t, c: _probe_argv(t, "minilm", tasks="STS13"),
+        ["STS13.yaml", "heder"],
         env=lambda t: {"CROSSBERT_TASKS_DIR": str(_tasks_dir_with(t, "STS13", lambda s: s.replace("header:", "heder:")))},
-        untouched=EVERY_OUTPUT),
+        untouched=EVERY_OUTPUT,
+    ),
     "malformed task file, used": Case(
-        lambda t, c: _probe_argv(t, "minilm", tasks="STS13"), ["STS13.yaml"],
-        env=lambda t: {"CROSSBERT_TASKS_DIR": str(_tasks_dir_with(t, "STS13", lambda s: s + "\n  - : [\n"))}),
+        lambda t, c: _probe_argv(t, "minilm", tasks="STS13"),
+        ["STS13.yaml"],
+        env=lambda t: {"CROSSBERT_TASKS_DIR": str(_tasks_dir_with(t, "STS13", lambda s: s + "\n  - : [\n"))},
+    ),
     "task data at an absolute path": Case(
-        lambda t, c: _probe_argv(t, "minilm"), ["TREC.yaml", "splits.test", "/etc/passwd", "outside the data root"],
-        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: /etc/passwd")), untouched=EVERY_OUTPUT),
+        lambda t, c: _probe_argv(t, "minilm"),
+        ["TREC.yaml", "splits.test", "/etc/passwd", "outside the data root"],
+        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: /etc/passwd")),
+        untouched=EVERY_OUTPUT,
+    ),
     "task data up and out with ..": Case(
-        lambda t, c: _probe_argv(t, "minilm"), ["TREC.yaml", "../../../../etc/passwd", "outside the data root"],
-        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: ../../../../etc/passwd")), untouched=EVERY_OUTPUT),
+        lambda t, c: _probe_argv(t, "minilm"),
+        ["TREC.yaml", "../../../../etc/passwd", "outside the data root"],
+        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: ../../../../etc/passwd")),
+        untouched=EVERY_OUTPUT,
+    ),
     "task trained on its test file": Case(
-        lambda t, c: _probe_argv(t, "minilm"), ["TREC.yaml", "'train'", "'test'", "the same data", "TREC.train.all.xz"],
-        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: TREC.train.all.xz")), untouched=EVERY_OUTPUT),
+        lambda t, c: _probe_argv(t, "minilm"),
+        ["TREC.yaml", "'train'", "'test'", "the same data", "TREC.train.all.xz"],
+        env=_TREC(lambda s: s.replace("test: TREC.test.all", "test: TREC.train.all.xz")),
+        untouched=EVERY_OUTPUT,
+    ),
     "a task line over the CSV field limit": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t), tasks="LONG"), ["long/train.tsv:2", "field larger than field limit"],
-        env=_data_root_with_long_field, untouched=("r",)),
+        lambda t, c: _probe_argv(t, _nano_model(t), tasks="LONG"),
+        ["long/train.tsv:2", "field larger than field limit"],
+        env=_data_root_with_long_field,
+        untouched=("r",),
+    ),
     "unknown task": Case(lambda t, c: _probe_argv(t, "minilm", tasks="SST2x"), ["SST2x"], untouched=EVERY_OUTPUT),
     "--tasks ''": Case(lambda t, c: _probe_argv(t, "minilm", tasks=""), ["--tasks", "one or more"], untouched=EVERY_OUTPUT),
     "--temperature 0": Case(lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--temperature", "0"], ["--temperature", "0"]),
     "--k 0": Case(lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--k", "0"], ["--k", "0"]),
     "--pooling avg": Case(lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--pooling", "avg"], ["--pooling", "avg"]),
     "--batch-size 0": Case(lambda t, c: ["probe", "minilm", "--tasks", "TREC", "--batch-size", "0"], ["--batch-size", "0"]),
-    "probe --layers abc": Case(lambda t, c: _probe_argv(t, "minilm", "--layers", "abc"), ["--layers", "'abc'"], untouched=EVERY_OUTPUT),
+    "probe --layers abc": Case(
+        lambda t, c: _probe_argv(t, "minilm", "--layers", "abc"), ["--layers", "'abc'"], untouched=EVERY_OUTPUT
+    ),
     "geometry --layers abc": Case(
-        lambda t, c: ["geometry", "minilm", "--tasks", "TREC", "--layers", "abc", "--results", str(t / "r"), "--cache", str(t / "f")],
-        ["--layers", "'abc'"], untouched=EVERY_OUTPUT),
+        lambda t, c: [
+            "geometry",
+            "minilm",
+            "--tasks",
+            "TREC",
+            "--layers",
+            "abc",
+            "--results",
+            str(t / "r"),
+            "--cache",
+            str(t / "f"),
+        ],
+        ["--layers", "'abc'"],
+        untouched=EVERY_OUTPUT,
+    ),
     "mteb --layers abc": Case(
         lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "abc", "--out", str(t / "m")],
-        ["--layers: expected all, last or layer numbers", "'abc'"], untouched=EVERY_OUTPUT),
+        ["--layers: expected all, last or layer numbers", "'abc'"],
+        untouched=EVERY_OUTPUT,
+    ),
     "mteb --layer abc (the deprecated alias)": Case(
         lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "abc", "--out", str(t / "m")],
-        ["--layer: expected all, last or layer numbers", "'abc'"], untouched=EVERY_OUTPUT),
+        ["--layer: expected all, last or layer numbers", "'abc'"],
+        untouched=EVERY_OUTPUT,
+    ),
     "mteb --layer and --layers": Case(
         lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layer", "1", "--layers", "2", "--out", str(t / "m")],
-        ["--layers only", "deprecated alias"], untouched=EVERY_OUTPUT),
+        ["--layers only", "deprecated alias"],
+        untouched=EVERY_OUTPUT,
+    ),
     "mteb --layers beyond the model": Case(
-        lambda t, c: ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9", "--out", str(t / "m"), "--cache", str(t / "f"),
-                      "--results", str(t / "r")], ["layers [9] out of range", "0 (embeddings) to 6"], untouched=EVERY_OUTPUT),
+        lambda t, c: [
+            "mteb",
+            "minilm",
+            "--tasks",
+            "STSBenchmark",
+            "--layers",
+            "0,9",
+            "--out",
+            str(t / "m"),
+            "--cache",
+            str(t / "f"),
+            "--results",
+            str(t / "r"),
+        ],
+        ["layers [9] out of range", "0 (embeddings) to 6"],
+        untouched=EVERY_OUTPUT,
+    ),
     # models
     "model folder that needs its own code (stdin says y)": Case(
-        lambda t, c: _probe_argv(t, str(folder_with_own_code(t / "in", t / "code-ran"))), ["auto_map", "--trust-remote-code"],
-        around=lambda t: _stdin_says_yes(), untouched=EVERY_OUTPUT),
+        lambda t, c: _probe_argv(t, str(folder_with_own_code(t / "in", t / "code-ran"))),
+        ["auto_map", "--trust-remote-code"],
+        around=lambda t: _stdin_says_yes(),
+        untouched=EVERY_OUTPUT,
+    ),
     "--max-length beyond MiniLM's positions": Case(
-        lambda t, c: _probe_argv(t, "minilm", "--max-length", "1000"), ["--max-length 1000", "at most 512"], untouched=EVERY_OUTPUT),
+        lambda t, c: _probe_argv(t, "minilm", "--max-length", "1000"),
+        ["--max-length 1000", "at most 512"],
+        untouched=EVERY_OUTPUT,
+    ),
     "--max-length beyond what our model was trained on": Case(
         lambda t, c: _probe_argv(t, _nano_model(t, max_position_embeddings=64), "--max-length", "100"),
-        ["--max-length 100", "at most 64"], untouched=EVERY_OUTPUT),
+        ["--max-length 100", "at most 64"],
+        untouched=EVERY_OUTPUT,
+    ),
     "pickle weights": Case(
-        lambda t, c: _probe_argv(t, str(_pickle_only_model(t))), ["pytorch_model.bin", "--allow-pickle"], untouched=("r", "f")),
-    "truncated safetensors": Case(lambda t, c: _probe_argv(t, str(_truncated_model(t))), ["model.safetensors"], untouched=("r", "f")),
+        lambda t, c: _probe_argv(t, str(_pickle_only_model(t))), ["pytorch_model.bin", "--allow-pickle"], untouched=("r", "f")
+    ),
+    "truncated safetensors": Case(
+        lambda t, c: _probe_argv(t, str(_truncated_model(t))), ["model.safetensors"], untouched=("r", "f")
+    ),
     "hub id offline, not cached": Case(
-        lambda t, c: _probe_argv(t, "google/bert_uncased_L-2_H-128_A-2"), ["google/bert_uncased_L-2_H-128_A-2", "CROSSBERT_ONLINE"],
-        env=lambda t: {"HF_HUB_CACHE": str(t / "empty-hub-cache")}, untouched=("r", "f")),
+        lambda t, c: _probe_argv(t, "google/bert_uncased_L-2_H-128_A-2"),
+        ["google/bert_uncased_L-2_H-128_A-2", "CROSSBERT_ONLINE"],
+        env=lambda t: {"HF_HUB_CACHE": str(t / "empty-hub-cache")},
+        untouched=("r", "f"),
+    ),
     # results store and output folders
     "a results line that is JSON but no object": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t)), ["results.jsonl", "a JSON array, not a row"],
-        around=lambda t: contextlib.nullcontext(_results_with(t, lambda p: p.write_text('{"unit": "a"}\n[1, 2]\n')))),
+        lambda t, c: _probe_argv(t, _nano_model(t)),
+        ["results.jsonl", "a JSON array, not a row"],
+        around=lambda t: contextlib.nullcontext(_results_with(t, lambda p: p.write_text('{"unit": "a"}\n[1, 2]\n'))),
+    ),
     "results.jsonl that is a folder": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t)), ["results.jsonl", "expected a file, found a folder"],
-        around=lambda t: contextlib.nullcontext(_results_with(t, Path.mkdir)), untouched=("f",)),
+        lambda t, c: _probe_argv(t, _nano_model(t)),
+        ["results.jsonl", "expected a file, found a folder"],
+        around=lambda t: contextlib.nullcontext(_results_with(t, Path.mkdir)),
+        untouched=("f",),
+    ),
     "read-only results folder": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t)), ["/r/", "point the command at another folder"],
-        around=lambda t: _read_only(t / "r"), untouched=("r", "f")),
+        lambda t, c: _probe_argv(t, _nano_model(t)),
+        ["/r/", "point the command at another folder"],
+        around=lambda t: _read_only(t / "r"),
+        untouched=("r", "f"),
+    ),
     "disk full during a feature write": Case(
-        lambda t, c: _probe_argv(t, _nano_model(t)), ["/f/", "No space left on device", "run the same command again"],
-        around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()), untouched=("f", "r/claims")),
+        lambda t, c: _probe_argv(t, _nano_model(t)),
+        ["/f/", "No space left on device", "run the same command again"],
+        around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()),
+        untouched=("f", "r/claims"),
+    ),
     "pickle weights carrying a payload, allowed": Case(
-        lambda t, c: _probe_argv(t, str(_pickle_payload_model(t)), "--allow-pickle"), ["ask to run code", "os.makedirs", "refused"],
-        untouched=("r", "f", "code-ran")),
+        lambda t, c: _probe_argv(t, str(_pickle_payload_model(t)), "--allow-pickle"),
+        ["ask to run code", "os.makedirs", "refused"],
+        untouched=("r", "f", "code-ran"),
+    ),
     "an optimizer state carrying a payload, resumed": Case(
-        _run_with_payload_optimizer, ["no usable checkpoint to resume from", "damaged"], untouched=("code-ran",)),
+        _run_with_payload_optimizer, ["no usable checkpoint to resume from", "damaged"], untouched=("code-ran",)
+    ),
     "zoo with several missing models": Case(
-        lambda t, c: ["zoo", str(_zoo_of(t, ["{model: minilm}", f"{{model: {t}/gone1, made_by: make gone1}}", f"{{model: {t}/gone2}}"])),
-                      f"out_dir={t / 'zoo'}"],
-        ["2 of 3 models cannot run", "models[1]", "gone1", "made by: make gone1", "models[2]", "gone2"], untouched=("zoo",)),
-    "NaN weights, probed": Case(lambda t, c: _probe_argv(t, _nan_model(t)), ["/nano", "hold NaN or Inf", "refused"],
-                                untouched=("r", "f")),
-    "NaN weights, exported": Case(lambda t, c: ["export", _nan_model(t), str(t / "exported")],
-                                  ["model.safetensors", "hold NaN or Inf", "refused"], untouched=("exported",)),
+        lambda t, c: [
+            "zoo",
+            str(_zoo_of(t, ["{model: minilm}", f"{{model: {t}/gone1, made_by: make gone1}}", f"{{model: {t}/gone2}}"])),
+            f"out_dir={t / 'zoo'}",
+        ],
+        ["2 of 3 models cannot run", "models[1]", "gone1", "made by: make gone1", "models[2]", "gone2"],
+        untouched=("zoo",),
+    ),
+    "NaN weights, probed": Case(
+        lambda t, c: _probe_argv(t, _nan_model(t)), ["/nano", "hold NaN or Inf", "refused"], untouched=("r", "f")
+    ),
+    "NaN weights, exported": Case(
+        lambda t, c: ["export", _nan_model(t), str(t / "exported")],
+        ["model.safetensors", "hold NaN or Inf", "refused"],
+        untouched=("exported",),
+    ),
     "report of a missing folder": Case(lambda t, c: ["report", str(t / "nonexistent")], ["nonexistent"], untouched=("r",)),
     "plateau of a folder that is no sweep": Case(lambda t, c: ["plateau", str(t)], ["not a sweep folder"]),
     "reliance of a model folder that is no training checkpoint": Case(
-        lambda t, c: ["reliance", _nano_model(t)], ["/nano: expected a checkpoint folder runs/<name>/checkpoints/step_N"]),
+        lambda t, c: ["reliance", _nano_model(t)], ["/nano: expected a checkpoint folder runs/<name>/checkpoints/step_N"]
+    ),
     # names that become folders stay one segment inside the folder given; nothing is written into the data root
-    "run name that climbs out of out_dir": Case(lambda t, c: _train_argv(c, t / "runs", "name=../../ESCAPED"),
-                                                ["config field 'name'", "one folder name", "'../../ESCAPED'"], untouched=("runs",)),
-    "absolute run name": Case(lambda t, c: _train_argv(c, t / "runs", f"name={t}/abs"), ["config field 'name'", "one folder name"],
-                              untouched=("runs", "abs")),
-    "sweep name that climbs out": Case(lambda t, c: [*_sweep_argv(t), "name=../up"], ["sweep field 'name'", "one folder name"],
-                                       untouched=("runs", "up")),
-    "zoo named ..": Case(lambda t, c: ["zoo", str(REPO / "configs/zoo/offline.yaml"), f"out_dir={t / 'zoo'}", "name=.."],
-                         ["zoo field 'name'", "one folder name", "'..'"], untouched=("zoo", "results", "tables", "report.md")),
-    "run folder inside the data root": Case(lambda t, c: _train_argv(c, _real_data_root() / "runs"),
-                                            ["config field 'out_dir'", "outside the data root"]),
-    "probe results inside the data root": Case(lambda t, c: _probe_argv(t, "minilm")[:4] + ["--results", str(_real_data_root() / "r")],
-                                               ["--results", "outside the data root"]),
+    "run name that climbs out of out_dir": Case(
+        lambda t, c: _train_argv(c, t / "runs", "name=../../ESCAPED"),
+        ["config field 'name'", "one folder name", "'../../ESCAPED'"],
+        untouched=("runs",),
+    ),
+    "absolute run name": Case(
+        lambda t, c: _train_argv(c, t / "runs", f"name={t}/abs"),
+        ["config field 'name'", "one folder name"],
+        untouched=("runs", "abs"),
+    ),
+    "sweep name that climbs out": Case(
+        lambda t, c: [*_sweep_argv(t), "name=../up"], ["sweep field 'name'", "one folder name"], untouched=("runs", "up")
+    ),
+    "zoo named ..": Case(
+        lambda t, c: ["zoo", str(REPO / "configs/zoo/offline.yaml"), f"out_dir={t / 'zoo'}", "name=.."],
+        ["zoo field 'name'", "one folder name", "'..'"],
+        untouched=("zoo", "results", "tables", "report.md"),
+    ),
+    "run folder inside the data root": Case(
+        lambda t, c: _train_argv(c, _real_data_root() / "runs"), ["config field 'out_dir'", "outside the data root"]
+    ),
+    "probe results inside the data root": Case(
+        lambda t, c: _probe_argv(t, "minilm")[:4] + ["--results", str(_real_data_root() / "r")],
+        ["--results", "outside the data root"],
+    ),
     # training
     "steps=0": Case(lambda t, c: _train_argv(c, t / "runs", "steps=0"), ["steps", "0"], untouched=("runs",)),
     "steps=-5": Case(lambda t, c: _train_argv(c, t / "runs", "steps=-5"), ["steps", "-5"], untouched=("runs",)),
     "batch_size=0": Case(lambda t, c: _train_argv(c, t / "runs", "batch_size=0"), ["batch_size", "0"], untouched=("runs",)),
     "negative seed": Case(lambda t, c: _train_argv(c, t / "runs", "seed=-1"), ["'seed'", "-1"], untouched=("runs",)),
     "unknown config key": Case(
-        lambda t, c: _train_argv(c, t / "runs", "optim.learning_rate=1"), ["optim.learning_rate"], untouched=("runs",)),
+        lambda t, c: _train_argv(c, t / "runs", "optim.learning_rate=1"), ["optim.learning_rate"], untouched=("runs",)
+    ),
     "CMS at r=0.6": Case(
         lambda t, c: _train_argv(c, t / "runs", "model.objective=crossbert", "model.mask_ratio=0.6"),
-        ["mask_ratio", "0.6", "whole number", "complementary_masking"], untouched=("runs",)),
+        ["mask_ratio", "0.6", "whole number", "complementary_masking"],
+        untouched=("runs",),
+    ),
     "odd head dimension": Case(
         lambda t, c: _train_argv(c, t / "runs", "model.hidden_size=66", "model.num_attention_heads=2"),
-        ["head dimension of 33", "rotary", "even"], untouched=("runs",)),
+        ["head dimension of 33", "rotary", "even"],
+        untouched=("runs",),
+    ),
     "tokenizer folder that needs its own code (stdin says y)": Case(
         lambda t, c: _train_argv(c, t / "runs", f"data.tokenizer={folder_with_own_code(t / 'in', t / 'code-ran')}"),
-        ["auto_map", "data.trust_remote_code=true"], around=lambda t: _stdin_says_yes(), untouched=("runs", "code-ran")),
+        ["auto_map", "data.trust_remote_code=true"],
+        around=lambda t: _stdin_says_yes(),
+        untouched=("runs", "code-ran"),
+    ),
     "a run folder another trainer holds": Case(
-        lambda t, c: _train_argv(c, t / "runs"), ["runs/cli", "being trained by another process", f"pid {os.getpid()}"],
-        around=lambda t: exclusive_folder(t / "runs" / "cli", "being trained"), untouched=("runs",)),
+        lambda t, c: _train_argv(c, t / "runs"),
+        ["runs/cli", "being trained by another process", f"pid {os.getpid()}"],
+        around=lambda t: exclusive_folder(t / "runs" / "cli", "being trained"),
+        untouched=("runs",),
+    ),
     "corpus too small for a validation split": Case(
-        lambda t, c: _train_argv(c, t / "runs", "data.max_documents=40", "data.val_fraction=0.02", "eval_every=5",
-                                 f"data.cache_dir={t / 'cache'}"),
-        ["no validation sequence", "data.val_fraction", "eval_sequences=0"], untouched=("runs",)),
+        lambda t, c: _train_argv(
+            c, t / "runs", "data.max_documents=40", "data.val_fraction=0.02", "eval_every=5", f"data.cache_dir={t / 'cache'}"
+        ),
+        ["no validation sequence", "data.val_fraction", "eval_sequences=0"],
+        untouched=("runs",),
+    ),
     "read-only output folder": Case(
-        lambda t, c: _train_argv(c, t / "runs"), ["/runs", "point the command at another folder"],
-        around=lambda t: _read_only(t / "runs"), untouched=("runs",)),
+        lambda t, c: _train_argv(c, t / "runs"),
+        ["/runs", "point the command at another folder"],
+        around=lambda t: _read_only(t / "runs"),
+        untouched=("runs",),
+    ),
     "disk full during a checkpoint": Case(
-        lambda t, c: _train_argv(c, t / "runs", "steps=2"), ["checkpoints/step_0000002", "No space left on device"],
-        around=lambda t: _checkpoint_disk_full(), untouched=("runs/cli/checkpoints",)),
+        lambda t, c: _train_argv(c, t / "runs", "steps=2"),
+        ["checkpoints/step_0000002", "No space left on device"],
+        around=lambda t: _checkpoint_disk_full(),
+        untouched=("runs/cli/checkpoints",),
+    ),
     "hub corpus offline": Case(
         lambda t, c: _train_argv(c, t / "runs", "data.corpus=hf:wikitext:wikitext-2-raw-v1", f"data.cache_dir={t / 'cache'}"),
-        ["hf:wikitext:wikitext-2-raw-v1", "CROSSBERT_ONLINE=1"], untouched=("runs",)),  # cache: the tokenizer lock alone
+        ["hf:wikitext:wikitext-2-raw-v1", "CROSSBERT_ONLINE=1"],
+        untouched=("runs",),
+    ),  # cache: the tokenizer lock alone
     "non-UTF-8 corpus": Case(
         lambda t, c: _train_argv(c, t / "runs", f"data.corpus={_bad_utf8_corpus(t)}", f"data.cache_dir={t / 'cache'}"),
-        ["corpus.txt:3", "UTF-8"], untouched=("runs",)),
+        ["corpus.txt:3", "UTF-8"],
+        untouched=("runs",),
+    ),
     "divergence": Case(lambda t, c: _train_argv(c, t / "runs", "steps=12", "optim.lr=1e4", "optim.warmup_steps=1"), ["optim.lr"]),
     # sweeps: every field checked before the first run trains
     "sweep: two objectives of one name": Case(
         lambda t, c: _sweep_argv(t, "objectives=[{name: mlm, objective: mlm}, {name: mlm, objective: crossbert}]"),
-        ["'objectives'", "'mlm' is given twice"], untouched=("runs",)),
-    "sweep: a seed twice": Case(lambda t, c: _sweep_argv(t, "seeds=[0, 0]"), ["'seeds'", "0 is given twice"], untouched=("runs",)),
+        ["'objectives'", "'mlm' is given twice"],
+        untouched=("runs",),
+    ),
+    "sweep: a seed twice": Case(
+        lambda t, c: _sweep_argv(t, "seeds=[0, 0]"), ["'seeds'", "0 is given twice"], untouched=("runs",)
+    ),
     "sweep: no sizes": Case(lambda t, c: _sweep_argv(t, "sizes=[]"), ["'sizes'", "empty"], untouched=("runs",)),
     "sweep: no seeds": Case(lambda t, c: _sweep_argv(t, "seeds=[]"), ["'seeds'", "empty"], untouched=("runs",)),
     "sweep: checkpoint fraction 2.0": Case(
-        lambda t, c: _sweep_argv(t, "checkpoint_fractions=[2.0]"), ["checkpoint_fractions[0]", "(0, 1]", "2.0"], untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "checkpoint_fractions=[2.0]"),
+        ["checkpoint_fractions[0]", "(0, 1]", "2.0"],
+        untouched=("runs",),
+    ),
     "sweep: negative seed": Case(lambda t, c: _sweep_argv(t, "seeds=[-1]"), ["seeds[0]", "-1"], untouched=("runs",)),
     "sweep: unknown objective": Case(
-        lambda t, c: _sweep_argv(t, "objectives=[{name: x, objective: bert}]"), ["objectives[0].objective", "'bert'"],
-        untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "objectives=[{name: x, objective: bert}]"),
+        ["objectives[0].objective", "'bert'"],
+        untouched=("runs",),
+    ),
     "sweep: unknown size": Case(lambda t, c: _sweep_argv(t, "sizes=[huge]"), ["sizes[0]", "'huge'"], untouched=("runs",)),
     "sweep: unknown probe task": Case(
-        lambda t, c: _sweep_argv(t, "probe_tasks=[SST2x]"), ["probe_tasks", "SST2x"], untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "probe_tasks=[SST2x]"), ["probe_tasks", "SST2x"], untouched=("runs",)
+    ),
     "sweep: unknown mteb task": Case(
-        lambda t, c: _sweep_argv(t, "mteb_tasks=[NoSuchTask]"), ["mteb_tasks", "NoSuchTask"], untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "mteb_tasks=[NoSuchTask]"), ["mteb_tasks", "NoSuchTask"], untouched=("runs",)
+    ),
     "sweep: max_probe_train 0": Case(
-        lambda t, c: _sweep_argv(t, "max_probe_train=0"), ["max_probe_train", "positive integer", "0"], untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "max_probe_train=0"), ["max_probe_train", "positive integer", "0"], untouched=("runs",)
+    ),
     "sweep: layers abc": Case(lambda t, c: _sweep_argv(t, "probe_layers=abc"), ["probe_layers", "'abc'"], untouched=("runs",)),
     "sweep: unknown submitit cluster": Case(
-        lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=sge"), ["submitit.cluster", "expected one of", "sge"],
-        untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=sge"),
+        ["submitit.cluster", "expected one of", "sge"],
+        untouched=("runs",),
+    ),
     "sweep: submitit.timeout_min=0": Case(
-        lambda t, c: _sweep_argv(t, "--submitit", "submitit.timeout_min=0"), ["submitit.timeout_min", "expected a positive number", "0"],
-        untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "--submitit", "submitit.timeout_min=0"),
+        ["submitit.timeout_min", "expected a positive number", "0"],
+        untouched=("runs",),
+    ),
     "sweep: claim_lease_s=0": Case(
-        lambda t, c: _sweep_argv(t, "claim_lease_s=0"), ["claim_lease_s", "expected a positive number", "0"], untouched=("runs",)),
+        lambda t, c: _sweep_argv(t, "claim_lease_s=0"), ["claim_lease_s", "expected a positive number", "0"], untouched=("runs",)
+    ),
     "misspelt SLURM parameter": Case(
         lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=local", "submitit.slurm={acount: x}"),
-        ["sweep section 'submitit'", "acount"], untouched=("runs",)),
+        ["sweep section 'submitit'", "acount"],
+        untouched=("runs",),
+    ),
 }
 
 
@@ -446,8 +608,10 @@ def test_a_mistake_gets_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys,
 
 
 def test_a_diverged_run_keeps_only_usable_checkpoints(tmp_path, capsys, corpus, corpus_args):
-    code, err = run_cli(_train_argv(corpus_args, tmp_path / "runs", "steps=12", "optim.lr=1e4", "optim.warmup_steps=1",
-                                    "checkpoint_every=2"), capsys)  # fmt: skip
+    code, err = run_cli(
+        _train_argv(corpus_args, tmp_path / "runs", "steps=12", "optim.lr=1e4", "optim.warmup_steps=1", "checkpoint_every=2"),
+        capsys,
+    )
     assert code == USER_ERROR_EXIT
     for state_file in (tmp_path / "runs" / "cli" / "checkpoints").glob("step_*/trainer_state.json"):
         val = json.loads(state_file.read_text())["metrics"].get("val_loss")
@@ -495,8 +659,10 @@ def test_sigterm_stops_training_like_ctrl_c_and_the_same_command_resumes(tmp_pat
     monkeypatch.setattr(Trainer, "train_step", terminated_at_step_4)
     code, err = run_cli(argv, capsys)
     assert code == TERMINATE_EXIT
-    assert err.splitlines() == [f"crossbert train: terminated (SIGTERM): {tmp_path / 'runs' / 'cli'}: stopped; checkpoint "
-                                "step_0000002 is kept and the same command resumes from it"]  # fmt: skip
+    assert err.splitlines() == [
+        f"crossbert train: terminated (SIGTERM): {tmp_path / 'runs' / 'cli'}: stopped; checkpoint "
+        "step_0000002 is kept and the same command resumes from it"
+    ]
     monkeypatch.undo()
     main(argv)  # the lock went with the stopped trainer
     assert metric_steps(tmp_path / "runs" / "cli") == list(range(7))

@@ -75,11 +75,14 @@ def test_print_config_refuses_a_bad_value_as_training_would(tmp_path, capsys):
 # -- did you mean ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, hint", [
-    (["train", TINY, "model.preset=tinny", "--print-config"], "did you mean tiny"),
-    (["train", TINY, "optim.lrr=1e-3", "--print-config"], "did you mean lr?"),
-    (["train", TINY, "model.objective=crosbert", "--print-config"], "did you mean crossbert?"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["train", TINY, "model.preset=tinny", "--print-config"], "did you mean tiny"),
+        (["train", TINY, "optim.lrr=1e-3", "--print-config"], "did you mean lr?"),
+        (["train", TINY, "model.objective=crosbert", "--print-config"], "did you mean crossbert?"),
+    ],
+)
 def test_a_mistyped_config_key_or_name_gets_did_you_mean(argv, hint, capsys):
     # catches: unknown keys and choices (presets, objectives) refused without naming the likely one
     code, _, err = _exit_and_output(argv, capsys)
@@ -117,7 +120,10 @@ def test_a_bare_hub_id_is_a_hub_id_not_a_missing_folder(monkeypatch, tmp_path):
         resolve_model("bert-base-uncased")
     message = str(caught.value)
     assert "no such folder" not in message and "\n" not in message
-    assert f"model 'bert-base-uncased': not a local folder, and this hub id is not in the local Hugging Face cache {cache}" in message
+    assert (
+        f"model 'bert-base-uncased': not a local folder, and this hub id is not in the local Hugging Face cache {cache}"
+        in message
+    )
 
 
 def test_a_mistyped_model_alias_names_it(monkeypatch, tmp_path):
@@ -159,8 +165,22 @@ def test_probe_max_train_caps_the_train_split_records_it_and_prints_intervals(tm
     # or a printed table that hides the intervals every row stores
     from test_cli import _nano_model
 
-    main(["probe", _nano_model(tmp_path), "--tasks", "TREC", "--probe", "linear,knn", "--max-train", "40",
-          "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")])  # fmt: skip
+    main(
+        [
+            "probe",
+            _nano_model(tmp_path),
+            "--tasks",
+            "TREC",
+            "--probe",
+            "linear,knn",
+            "--max-train",
+            "40",
+            "--results",
+            str(tmp_path / "r"),
+            "--cache",
+            str(tmp_path / "f"),
+        ]
+    )
     out = capsys.readouterr().out
     rows = read_jsonl(tmp_path / "r" / "results.jsonl")
     assert rows and all(r["n_train"] == 40 for r in rows)
@@ -199,8 +219,10 @@ def test_a_log_line_during_a_progress_bar_lands_on_its_own_line():
 
 def test_the_cli_installs_the_progress_bar_safe_handler():
     # catches: an entry point that goes back to logging.basicConfig's plain StreamHandler
-    code = ("import logging; from crossbert_eval.cli import configure_logging; configure_logging(False); "
-            "print([type(h).__name__ for h in logging.getLogger().handlers])")  # fmt: skip
+    code = (
+        "import logging; from crossbert_eval.cli import configure_logging; configure_logging(False); "
+        "print([type(h).__name__ for h in logging.getLogger().handlers])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert json.loads(out.strip().replace("'", '"')) == ["ProgressBarSafeHandler"]
 

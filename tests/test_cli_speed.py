@@ -39,17 +39,30 @@ def test_every_commands_help_imports_no_heavy_library():
         "    try:\n        build_parser().parse_args(argv)\n    except SystemExit:\n        pass"
     )
     assert "train" in commands and "probe" in commands
-    assert _heavy_modules_after("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n" + "\n".join("    " + line for line in code.splitlines())) == []
+    assert (
+        _heavy_modules_after(
+            "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            + "\n".join("    " + line for line in code.splitlines())
+        )
+        == []
+    )
 
 
 def test_a_mistyped_name_is_refused_before_any_heavy_library_is_imported():
     # catches: a handler that imports torch, transformers or mteb before checking what the user named
     # (a mistyped --tasks took 8 s idle, 77 s loaded; now about 0.4 s)
-    for argv in (["probe", "minilm", "--tasks", "TRC"], ["geometry", "minilm", "--tasks", "SST2x"], ["mteb", "minilm", "--tasks", "STSBenchmrk"],
-                 ["probe", "./runs/no_such_run", "--tasks", "TREC"], ["probe", "minilm", "--tasks", "TREC", "--probe", "linaer"],
-                 ["probe", "minilm", "--tasks", "TREC", "--feature-transform", "centerd"],
-                 ["train", str(Path(__file__).parents[1] / "configs/train/tiny_mlm.yaml"), "model.preset=tinny", "--print-config"]):  # fmt: skip
-        code = ("import contextlib, io\nfrom crossbert_eval.cli import main\n"
-                f"with contextlib.redirect_stderr(io.StringIO()) as err:\n    try:\n        main({argv!r})\n    except SystemExit as e:\n"
-                "        assert e.code == 2, err.getvalue()\n    assert 'did you mean' in err.getvalue() or 'no such folder' in err.getvalue(), err.getvalue()")  # fmt: skip
+    for argv in (
+        ["probe", "minilm", "--tasks", "TRC"],
+        ["geometry", "minilm", "--tasks", "SST2x"],
+        ["mteb", "minilm", "--tasks", "STSBenchmrk"],
+        ["probe", "./runs/no_such_run", "--tasks", "TREC"],
+        ["probe", "minilm", "--tasks", "TREC", "--probe", "linaer"],
+        ["probe", "minilm", "--tasks", "TREC", "--feature-transform", "centerd"],
+        ["train", str(Path(__file__).parents[1] / "configs/train/tiny_mlm.yaml"), "model.preset=tinny", "--print-config"],
+    ):
+        code = (
+            "import contextlib, io\nfrom crossbert_eval.cli import main\n"
+            f"with contextlib.redirect_stderr(io.StringIO()) as err:\n    try:\n        main({argv!r})\n    except SystemExit as e:\n"
+            "        assert e.code == 2, err.getvalue()\n    assert 'did you mean' in err.getvalue() or 'no such folder' in err.getvalue(), err.getvalue()"
+        )
         assert _heavy_modules_after(code) == [], argv

@@ -149,8 +149,9 @@ def test_a_hub_stream_is_read_here_and_encoded_by_the_workers(texts, corpus, tmp
     args = args_for("hf:someone/wiki", tmp_path, "ref")
     expected = reference_streams(args, corpus.tokenizer)
     for workers in (1, 2):
-        token_dir = tokenize_corpus(dataclasses.replace(args, cache_dir=str(tmp_path / f"w{workers}"), num_workers=workers),
-                                    corpus.tokenizer, **BLOCK)  # fmt: skip
+        token_dir = tokenize_corpus(
+            dataclasses.replace(args, cache_dir=str(tmp_path / f"w{workers}"), num_workers=workers), corpus.tokenizer, **BLOCK
+        )
         data, got = streams_of(token_dir, corpus.tokenizer)
         assert_streams_equal(got, expected)
         assert data.meta["corpus"] == "hf:someone/wiki" and data.meta["num_shards"] > 1

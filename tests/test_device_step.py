@@ -36,7 +36,9 @@ OBJECTIVES = {
     "crossbert_nocms": dict(objective="crossbert", mask_ratio=0.5, complementary_masking=False),
 }
 # Every registered objective runs these checks: at its defaults where the table above names none of its variants.
-OBJECTIVES |= {name: dict(objective=name) for name in objective_names() if name not in {v["objective"] for v in OBJECTIVES.values()}}
+OBJECTIVES |= {
+    name: dict(objective=name) for name in objective_names() if name not in {v["objective"] for v in OBJECTIVES.values()}
+}
 
 
 @pytest.mark.parametrize("name", list(OBJECTIVES))
@@ -59,7 +61,9 @@ def test_forward_and_backward_run_on_the_meta_device(corpus, name):
         model = cm.pretraining_model_for(config)
     meta = {k: None if v is None else v.to("meta") for k, v in batch.items()}
     if "encoder_positions" in batch:  # the views' shape, which the packing holds
-        meta["visible"] = torch.empty(batch["encoder_positions"].shape[:2] + (batch["input_ids"].shape[1],), dtype=torch.bool, device="meta")
+        meta["visible"] = torch.empty(
+            batch["encoder_positions"].shape[:2] + (batch["input_ids"].shape[1],), dtype=torch.bool, device="meta"
+        )
     out = model(**meta)
     out.loss_sum.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

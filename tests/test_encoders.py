@@ -52,7 +52,10 @@ def test_a_hub_id_loads_offline_from_the_hugging_face_cache(minilm, minilm_hub_c
     hub_id = minilm_hub_cache.repo_id
     hub = FrozenEncoder.load(hub_id, dtype="fp32")
     assert hub.name == hub_id and hub.source.hub_id == hub_id
-    assert hub.source.folder == minilm_hub_cache.root / f"models--{hub_id.replace('/', '--')}" / "snapshots" / minilm_hub_cache.revision
+    assert (
+        hub.source.folder
+        == minilm_hub_cache.root / f"models--{hub_id.replace('/', '--')}" / "snapshots" / minilm_hub_cache.revision
+    )
     assert hub.fingerprint == minilm.fingerprint and hub.source.kind == "sentence-transformers"
     assert hub.default_pooling == "mean" and hub.pooling_source == "sentence-transformers:1_Pooling/config.json" and hub.normalize
     ours, theirs = features(minilm), features(hub)
@@ -189,7 +192,9 @@ def test_a_truncated_safetensors_file_is_named(tmp_path):
     folder = linked_copy(minilm_path(), tmp_path / "truncated", skip={"model.safetensors"})
     with open(minilm_path() / "model.safetensors", "rb") as f:
         (folder / "model.safetensors").write_bytes(f.read(1_000_000))
-    with pytest.raises(CheckpointError, match=r"truncated/model.safetensors: not a readable safetensors file \(truncated or corrupt\?\)"):
+    with pytest.raises(
+        CheckpointError, match=r"truncated/model.safetensors: not a readable safetensors file \(truncated or corrupt\?\)"
+    ):
         FrozenEncoder.load(str(folder))
 
 
@@ -210,7 +215,6 @@ def test_frozen_features_are_fp32_unless_bf16_is_asked_for(minilm):
     assert default.amp is None
     with pytest.raises(EncoderError, match="dtype 'fp16': expected one of auto, fp32, bf16 \\(fp32 is the default"):
         FrozenEncoder.load("minilm", dtype="fp16")
-
 
 
 def test_the_default_max_length_fits_the_models_positions_and_an_asked_one_must(nano_checkpoint):

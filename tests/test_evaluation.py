@@ -28,7 +28,7 @@ def _plan(tmp_path: Path, who: str = "zoo z", probe_tasks=("SST-2",), mteb_tasks
         probe=ProbeSettings(tasks=list(probe_tasks), probes=["linear"], layers=LayerSpec.LAST, max_train=50, **stores),
         geometry=GeometrySettings(tasks=["STS-B"], layers=LayerSpec.LAST, **stores),
         mteb=MtebSettings(tasks=list(mteb_tasks), layers=LayerSpec.ALL, pooling="cls", out_dir=str(tmp_path / "mteb"), **stores),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -63,27 +63,53 @@ def test_probes_then_geometry_then_mteb_on_every_layer_in_one_run_each_timed(tmp
     assert calls[0][2] is plan.probe and calls[1][2] is plan.geometry and calls[2][2] is plan.mteb
     # mteb: one run for every layer (the texts encoded once for all of them: tests/test_mteb_layers.py)
     rows = read_jsonl(tmp_path / "timings.jsonl")
-    assert [(r["stage"], r["run"], r.get("layers")) for r in rows] == [("probe", "m", None), ("geometry", "m", None), ("mteb", "m", [0, 1, 2])]
+    assert [(r["stage"], r["run"], r.get("layers")) for r in rows] == [
+        ("probe", "m", None),
+        ("geometry", "m", None),
+        ("mteb", "m", [0, 1, 2]),
+    ]
     assert all(r["step"] == 3 for r in rows)
 
 
 def test_a_stage_without_tasks_is_skipped_and_missing_data_names_the_caller(tmp_path, runners):
     calls, missing = runners
-    E.evaluate_encoder(FakeEncoder(), _plan(tmp_path, probe_tasks=[], mteb_tasks=[]), lambda stage, **extra: E.timed_stage(None, stage, "m"))
+    E.evaluate_encoder(
+        FakeEncoder(), _plan(tmp_path, probe_tasks=[], mteb_tasks=[]), lambda stage, **extra: E.timed_stage(None, stage, "m")
+    )
     assert [c[0] for c in calls] == ["GeometrySettings"]
     missing["GeometrySettings"] = {"STS-B": "STS-B: no data under /nowhere"}
     with pytest.raises(TaskDataMissing, match=r"^sweep s: geometry task data missing: STS-B: no data under /nowhere$"):
-        E.evaluate_encoder(FakeEncoder(), _plan(tmp_path, who="sweep s", probe_tasks=[]), lambda stage, **extra: E.timed_stage(None, stage, "m"))
+        E.evaluate_encoder(
+            FakeEncoder(), _plan(tmp_path, who="sweep s", probe_tasks=[]), lambda stage, **extra: E.timed_stage(None, stage, "m")
+        )
     assert not (tmp_path / "timings.jsonl").exists()  # no file: nothing timed (a torchrun rank other than 0)
 
 
 def _record(run="bert", line="BERT", point="bert", fingerprint="f1", step=0) -> E.ModelRecord:
-    return E.ModelRecord(run=run, line=line, point=point, seed=0, step=step, total_steps=step, checkpoint="ckpt",
-                         details={"model_fingerprint": fingerprint, "layers": 2})  # fmt: skip
+    return E.ModelRecord(
+        run=run,
+        line=line,
+        point=point,
+        seed=0,
+        step=step,
+        total_steps=step,
+        checkpoint="ckpt",
+        details={"model_fingerprint": fingerprint, "layers": 2},
+    )
 
 
 def test_a_model_record_keeps_the_columns_the_report_reads(tmp_path):
-    assert list(_record().row()) == ["run", "objective", "size", "seed", "step", "total_steps", "checkpoint", "model_fingerprint", "layers"]
+    assert list(_record().row()) == [
+        "run",
+        "objective",
+        "size",
+        "seed",
+        "step",
+        "total_steps",
+        "checkpoint",
+        "model_fingerprint",
+        "layers",
+    ]
     assert (_record().row()["objective"], _record().row()["size"]) == ("BERT", "bert")  # the plot line and the point on it
 
 

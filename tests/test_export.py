@@ -94,8 +94,15 @@ def run_without_package(folders: list[Path], tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     script = FRESH_PROCESS.format(packages=PACKAGES, folders=[str(f) for f in folders], texts=TEXTS)
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -149,14 +156,18 @@ def test_every_checkpoint_carries_a_model_card_with_the_hub_header_and_the_runs_
         folder = latest_checkpoint(run)[1]
         header, body = card_of(folder)
         assert header["library_name"] == "transformers" and header["pipeline_tag"] == "feature-extraction"
-        assert header["license"] == "cc-by-sa-3.0" and "crossbert" in header["tags"]  # the weights: the corpus's terms and f"objective-{objective}" in header["tags"]
+        assert (
+            header["license"] == "cc-by-sa-3.0" and "crossbert" in header["tags"]
+        )  # the weights: the corpus's terms and f"objective-{objective}" in header["tags"]
         assert header["datasets"] == ["jason-feng/wikiVisual"]  # the corpus's source in the data root's MANIFEST.md
         state = read_trainer_state(folder)
         config = FrozenEncoder.load(str(folder)).model.config
         counts = parameter_counts(config)
         assert "| preset | nano |" in body and f"| objective | {objective} " in body
         assert f"| parameters: encoder | {counts['encoder']:,} ({counts['encoder_non_embedding']:,} non-embedding" in body
-        assert f"| parameters: predictor | {counts['predictor']:,}" in body and f"| parameters: head | {counts['head']:,} |" in body
+        assert (
+            f"| parameters: predictor | {counts['predictor']:,}" in body and f"| parameters: head | {counts['head']:,} |" in body
+        )
         assert f"| tokens seen | {state['corpus_tokens']:,} |" in body and state["corpus_tokens"] == 6 * 8 * 64
         assert f"| training FLOPs | {state['train_flops']:.4g} |" in body
         assert state["train_flops"] == pytest.approx(state["corpus_tokens"] * training_flops_per_token(config, 64))
@@ -175,15 +186,25 @@ def probed(runs, tmp_path_factory):
     from crossbert_eval.probe_runner import ProbeSettings, probe_model
 
     root = tmp_path_factory.mktemp("probed")
-    settings = ProbeSettings(tasks=["BIOSSES"], probes=["cosine"], layers=LayerSpec.ALL, results_dir=str(root / "results"),
-                             cache_dir=str(root / "features"))  # fmt: skip
+    settings = ProbeSettings(
+        tasks=["BIOSSES"],
+        probes=["cosine"],
+        layers=LayerSpec.ALL,
+        results_dir=str(root / "results"),
+        cache_dir=str(root / "features"),
+    )
     probe_model(str(runs["crossbert"]), settings)
     return root / "results"
 
 
 def crossbert_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "crossbert_eval.cli", "export", *argv], capture_output=True, text=True,
-                          env={**os.environ, "CROSSBERT_DEBUG": "0", **(env or {})}, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "crossbert_eval.cli", "export", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CROSSBERT_DEBUG": "0", **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_export_of_a_run_writes_a_clean_folder_with_the_probe_scores_in_its_card(runs, probed, tmp_path):
@@ -198,8 +219,16 @@ def test_export_of_a_run_writes_a_clean_folder_with_the_probe_scores_in_its_card
     source = latest_checkpoint(run)[1]
     names = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert not {"optimizer.pt", "trainer_state.json", "COMPLETE"} & set(names) and not [n for n in names if n.startswith(".")]
-    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "modules.json", "sentence_bert_config.json",
-            "1_Pooling/config.json", *CODE_FILES} <= set(names)  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "README.md",
+        "modules.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+        *CODE_FILES,
+    } <= set(names)
     for name in ("config.json", "model.safetensors", *CODE_FILES):
         assert filecmp.cmp(dest / name, source / name, shallow=False), name
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left beside it

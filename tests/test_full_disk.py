@@ -153,8 +153,9 @@ def _rescored(root: Path) -> None:
 
 
 @pytest.mark.parametrize("fills_at", list(REPORT_FILES))
-def test_a_full_disk_mid_report_names_the_file_and_keeps_the_previous_report_whole(fills_at, sweep_root, one_plot, monkeypatch,
-                                                                                   capsys):
+def test_a_full_disk_mid_report_names_the_file_and_keeps_the_previous_report_whole(
+    fills_at, sweep_root, one_plot, monkeypatch, capsys
+):
     """Breaks if: a report file is written in place (a half-written table, plot or page, or a new table beside the
     previous page), a temporary file stays behind, or the line names no file, a temporary name or a file read."""
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
@@ -198,8 +199,9 @@ def _store_of(sweep: Path) -> Path:
 
 
 @pytest.mark.parametrize("fills_at", ["layers.csv", "layers.png"])
-def test_a_full_disk_mid_results_store_report_names_the_file_and_keeps_the_previous_report(fills_at, sweep_root, monkeypatch,
-                                                                                            capsys):
+def test_a_full_disk_mid_results_store_report_names_the_file_and_keeps_the_previous_report(
+    fills_at, sweep_root, monkeypatch, capsys
+):
     """`crossbert report` of any results folder (the store report): the same."""
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
     store = _store_of(sweep_root)

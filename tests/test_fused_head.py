@@ -66,13 +66,20 @@ def test_a_model_trains_on_the_same_loss_and_gradients_with_the_chunked_head_as_
 
     def model(chunk_rows):
         torch.manual_seed(0)
-        return cm.pretraining_model_for(cm.config_from_preset("nano", objective=objective, vocab_size=2048, vocab_chunk_rows=chunk_rows))
+        return cm.pretraining_model_for(
+            cm.config_from_preset("nano", objective=objective, vocab_size=2048, vocab_chunk_rows=chunk_rows)
+        )
 
     if objective == "mlm":
-        batch = mlm_masking(ids, attention, mask_ratio=0.5, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0))
+        batch = mlm_masking(
+            ids, attention, mask_ratio=0.5, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0)
+        )
     else:
-        batch = {"input_ids": ids, "attention_mask": attention,
-                 "visible": crossbert_views(attention, mask_ratio=0.5, complementary=True, rng=RowRandom(0))}  # fmt: skip
+        batch = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "visible": crossbert_views(attention, mask_ratio=0.5, complementary=True, rng=RowRandom(0)),
+        }
     results = []
     for chunk_rows in (None, 64):  # full logits, then the chunked head (hundreds of predicted rows: several chunks)
         m = model(chunk_rows)

@@ -21,10 +21,21 @@ from crossbert_eval.cli import main
 from crossbert_model.errors import CrossbertError
 
 REPO = Path(__file__).resolve().parent.parent
-settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
-settings.register_profile("fuzz", max_examples=400, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 OUTCOMES: dict[str, Counter] = defaultdict(Counter)
@@ -40,11 +51,34 @@ def report_outcomes():
 
 # Values a user could type: numbers of every kind, strings that are paths, YAML that is a list or a mapping.
 VALUES = st.one_of(
-    st.integers(-10**6, 10**12).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["", "null", "true", "no", "nan", "-inf", "1e400", "[]", "[1, -1]", "{a: 1}", "../..", "/etc", ".", "..",
-                     "a/b", "~", "0x10", "1_000", "'3'", "[[]]"]),
+    st.integers(-(10**6), 10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(
+        [
+            "",
+            "null",
+            "true",
+            "no",
+            "nan",
+            "-inf",
+            "1e400",
+            "[]",
+            "[1, -1]",
+            "{a: 1}",
+            "../..",
+            "/etc",
+            ".",
+            "..",
+            "a/b",
+            "~",
+            "0x10",
+            "1_000",
+            "'3'",
+            "[[]]",
+        ]
+    ),
     st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12),
-)  # fmt: skip
+)
 
 
 def _outcome(edge: str, call) -> None:
@@ -69,11 +103,38 @@ def _no_writes_outside(folder: Path, before: set[str]) -> None:
     assert after <= before | {".pytest_cache", ".hypothesis"}, after - before
 
 
-TRAIN_KEYS = ["steps", "batch_size", "seed", "name", "out_dir", "dtype", "log_every", "eval_every", "checkpoint_every",
-              "checkpoint_steps", "grad_accum", "max_tokens", "num_threads", "model.preset", "model.objective", "model.mask_ratio",
-              "model.hidden_size", "model.predictor_positions", "model.absolute_positions", "model.embedding_init_std",
-              "optim.lr", "optim.warmup_steps", "optim.weight_decay", "optim.beta1", "data.vocab_size", "data.seq_len",
-              "data.val_fraction", "data.max_documents", "unknown_key", "model.unknown"]  # fmt: skip
+TRAIN_KEYS = [
+    "steps",
+    "batch_size",
+    "seed",
+    "name",
+    "out_dir",
+    "dtype",
+    "log_every",
+    "eval_every",
+    "checkpoint_every",
+    "checkpoint_steps",
+    "grad_accum",
+    "max_tokens",
+    "num_threads",
+    "model.preset",
+    "model.objective",
+    "model.mask_ratio",
+    "model.hidden_size",
+    "model.predictor_positions",
+    "model.absolute_positions",
+    "model.embedding_init_std",
+    "optim.lr",
+    "optim.warmup_steps",
+    "optim.weight_decay",
+    "optim.beta1",
+    "data.vocab_size",
+    "data.seq_len",
+    "data.val_fraction",
+    "data.max_documents",
+    "unknown_key",
+    "model.unknown",
+]
 
 
 @given(overrides=st.lists(st.tuples(st.sampled_from(TRAIN_KEYS), VALUES), min_size=1, max_size=3))
@@ -84,7 +145,9 @@ def test_train_config_overrides(overrides, tmp_path):
     before = {p.name for p in REPO.iterdir()}
 
     def call():
-        cfg = load_config(TrainConfig, REPO / "configs/train/tiny_mlm.yaml", [f"out_dir={tmp_path}"] + [f"{k}={v}" for k, v in overrides])
+        cfg = load_config(
+            TrainConfig, REPO / "configs/train/tiny_mlm.yaml", [f"out_dir={tmp_path}"] + [f"{k}={v}" for k, v in overrides]
+        )
         validate_config(cfg)
         assert Path(cfg.run_dir).resolve().parent == Path(cfg.out_dir).resolve()  # the run folder is one level in
 
@@ -92,10 +155,32 @@ def test_train_config_overrides(overrides, tmp_path):
     _no_writes_outside(tmp_path, before)
 
 
-SWEEP_KEYS = ["name", "sizes", "seeds", "budget", "budget_tokens", "budget_flops", "budget_s", "checkpoint_fractions",
-              "probe_tasks", "probes", "probe_layers", "mteb_tasks", "mteb_layers", "feature_transforms", "max_probe_train",
-              "batch_size", "claim_lease_s", "worker_poll_s", "device", "missing_packages", "reference_objective",
-              "train.batch_size", "train.optim.lr", "objectives"]  # fmt: skip
+SWEEP_KEYS = [
+    "name",
+    "sizes",
+    "seeds",
+    "budget",
+    "budget_tokens",
+    "budget_flops",
+    "budget_s",
+    "checkpoint_fractions",
+    "probe_tasks",
+    "probes",
+    "probe_layers",
+    "mteb_tasks",
+    "mteb_layers",
+    "feature_transforms",
+    "max_probe_train",
+    "batch_size",
+    "claim_lease_s",
+    "worker_poll_s",
+    "device",
+    "missing_packages",
+    "reference_objective",
+    "train.batch_size",
+    "train.optim.lr",
+    "objectives",
+]
 
 
 @given(overrides=st.lists(st.tuples(st.sampled_from(SWEEP_KEYS), VALUES), min_size=1, max_size=3))
@@ -104,7 +189,9 @@ def test_sweep_config_overrides(overrides, tmp_path):
     from crossbert_eval.sweep import SweepConfig, check_machine, plan_runs
 
     def call():
-        cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"] + [f"{k}={v}" for k, v in overrides])
+        cfg = load_config(
+            SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"] + [f"{k}={v}" for k, v in overrides]
+        )
         if cfg.device == "cuda":
             cfg.device = None  # this machine has none: that refusal has its own test
         check_machine(cfg)
@@ -114,8 +201,14 @@ def test_sweep_config_overrides(overrides, tmp_path):
     _outcome("sweep overrides", call)
 
 
-PROBE_OPTIONS = {"--layers": VALUES, "--pooling": VALUES, "--max-length": VALUES, "--batch-size": VALUES, "--dtype": VALUES,
-                 "--tasks": st.one_of(VALUES, st.sampled_from(["TREC", "trec", "STS-B,SST-2", "all", "glue", ",", "TREC,TREC"]))}  # fmt: skip
+PROBE_OPTIONS = {
+    "--layers": VALUES,
+    "--pooling": VALUES,
+    "--max-length": VALUES,
+    "--batch-size": VALUES,
+    "--dtype": VALUES,
+    "--tasks": st.one_of(VALUES, st.sampled_from(["TREC", "trec", "STS-B,SST-2", "all", "glue", ",", "TREC,TREC"])),
+}
 
 
 @given(option=st.sampled_from(sorted(PROBE_OPTIONS)), data=st.data())
@@ -124,7 +217,18 @@ def test_probe_options_refused_before_any_model_is_loaded(option, data, tmp_path
     model is looked for; a good one reaches the model lookup, which refuses the missing folder (also one line)."""
     value = data.draw(PROBE_OPTIONS[option])
     tmp_path = _fresh(tmp_path)
-    argv = ["probe", str(tmp_path / "no-model"), "--tasks", "TREC", option, value, "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")]
+    argv = [
+        "probe",
+        str(tmp_path / "no-model"),
+        "--tasks",
+        "TREC",
+        option,
+        value,
+        "--results",
+        str(tmp_path / "r"),
+        "--cache",
+        str(tmp_path / "f"),
+    ]
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -137,9 +241,19 @@ def test_probe_options_refused_before_any_model_is_loaded(option, data, tmp_path
 ROW_FIELDS = ["model_fingerprint", "task", "probe", "layer", "metric", "value", "is_main", "split", "pooling", "family", "unit"]
 
 
-@given(rows=st.lists(st.one_of(
-    st.dictionaries(st.sampled_from(ROW_FIELDS), st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(), st.text(max_size=5)), max_size=8),
-    st.sampled_from(['{"task": ', "[1, 2]", "null", "NaN", '{"value": NaN}', "", "\x00"])), max_size=6))  # fmt: skip
+@given(
+    rows=st.lists(
+        st.one_of(
+            st.dictionaries(
+                st.sampled_from(ROW_FIELDS),
+                st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(), st.text(max_size=5)),
+                max_size=8,
+            ),
+            st.sampled_from(['{"task": ', "[1, 2]", "null", "NaN", '{"value": NaN}', "", "\x00"]),
+        ),
+        max_size=6,
+    )
+)
 def test_report_of_a_damaged_results_store(rows, tmp_path, capsys, monkeypatch):
     folder = _fresh(tmp_path) / "r"
     folder.mkdir()
@@ -157,10 +271,18 @@ def test_report_of_a_damaged_results_store(rows, tmp_path, capsys, monkeypatch):
     assert not leftovers  # nothing half-written
 
 
-TASK_LINES = ["name: TREC", "family: senteval", "input: single", "target: class", "metrics: [accuracy]",
-              "data: {local: sentence_classification, format: label_first, encoding: latin-1}",
-              "splits: {train: TREC.train.all.xz, test: TREC.test.all}", "columns: {text: text, label: label}",
-              'labels: ["0", "1", "2", "3", "4", "5"]', "eval_split: test"]  # tasks/senteval/TREC.yaml, one line a key
+TASK_LINES = [
+    "name: TREC",
+    "family: senteval",
+    "input: single",
+    "target: class",
+    "metrics: [accuracy]",
+    "data: {local: sentence_classification, format: label_first, encoding: latin-1}",
+    "splits: {train: TREC.train.all.xz, test: TREC.test.all}",
+    "columns: {text: text, label: label}",
+    'labels: ["0", "1", "2", "3", "4", "5"]',
+    "eval_split: test",
+]  # tasks/senteval/TREC.yaml, one line a key
 
 
 @given(edits=st.lists(st.tuples(st.integers(0, len(TASK_LINES) - 1), st.one_of(VALUES, st.just(None))), max_size=2))
@@ -182,8 +304,20 @@ def test_task_file_mutations(edits, tmp_path):
     _outcome("task file", call)
 
 
-CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "max_position_embeddings", "objective",
-                 "mask_ratio", "predictor_positions", "absolute_positions", "model_type", "intermediate_size", "pad_token_id"]  # fmt: skip
+CONFIG_FIELDS = [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "objective",
+    "mask_ratio",
+    "predictor_positions",
+    "absolute_positions",
+    "model_type",
+    "intermediate_size",
+    "pad_token_id",
+]
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +332,10 @@ def nano_folder(tmp_path_factory):
     return folder
 
 
-@given(field=st.sampled_from(CONFIG_FIELDS), value=st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(), st.text(max_size=8)))
+@given(
+    field=st.sampled_from(CONFIG_FIELDS),
+    value=st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(), st.text(max_size=8)),
+)
 def test_checkpoint_config_mutations(field, value, nano_folder, tmp_path):
     """A checkpoint folder whose config.json has one field changed: loads (and encodes), or one line."""
     from crossbert_eval.encoders import FrozenEncoder

@@ -124,8 +124,23 @@ def test_geometry_returns_every_metric_and_refuses_a_single_row():
 def _geometry_cli(tmp_path, *extra):
     from crossbert_eval.cli import main
 
-    main(["geometry", "minilm", "--tasks", "TREC", "--layers", "all", "--pooling", "mean", "--results", str(tmp_path / "results"),
-          "--cache", str(tmp_path / "features"), *extra])  # fmt: skip
+    main(
+        [
+            "geometry",
+            "minilm",
+            "--tasks",
+            "TREC",
+            "--layers",
+            "all",
+            "--pooling",
+            "mean",
+            "--results",
+            str(tmp_path / "results"),
+            "--cache",
+            str(tmp_path / "features"),
+            *extra,
+        ]
+    )
 
 
 def test_geometry_cli_writes_one_row_per_metric_per_layer_from_the_cache_and_reruns_nothing(tmp_path, capsys):

@@ -29,7 +29,9 @@ def read_rows(path: Path) -> list[dict]:
 
 def test_every_section_is_measured_and_an_injected_failure_is_one_error_row(gpu_check, tmp_path):
     # the nano shape: the same sections and rows as the tiny one that --smoke measures, at a quarter of the work
-    result = gpu_check.main(["--smoke", "--shapes", "nano", "--fail", "crossbert_r50_nocms", "--run-steps", "20", "--out", str(tmp_path)])
+    result = gpu_check.main(
+        ["--smoke", "--shapes", "nano", "--fail", "crossbert_r50_nocms", "--run-steps", "20", "--out", str(tmp_path)]
+    )
     rows = read_rows(tmp_path / "gpu_check.jsonl")
     assert rows == json.loads(json.dumps(result["rows"], default=str))
     throughput = {r["contender"]: r for r in rows if r["section"] == "throughput"}
@@ -57,8 +59,12 @@ def test_every_section_is_measured_and_an_injected_failure_is_one_error_row(gpu_
 def test_a_run_killed_half_way_keeps_every_finished_row(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--shapes", "nano", "--out", str(out)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--shapes", "nano", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     jsonl = out / "gpu_check.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:

@@ -32,13 +32,19 @@ class Clock:
         return self.now
 
 
-COSTS = {"a": RunCost("a", train_flops=1e12, done_fraction=0.0, hidden_size=64),
-         "b": RunCost("b", train_flops=4e12, done_fraction=0.0, hidden_size=128),
-         "c": RunCost("c", train_flops=4e12, done_fraction=0.5, hidden_size=64)}  # fmt: skip
+COSTS = {
+    "a": RunCost("a", train_flops=1e12, done_fraction=0.0, hidden_size=64),
+    "b": RunCost("b", train_flops=4e12, done_fraction=0.0, hidden_size=128),
+    "c": RunCost("c", train_flops=4e12, done_fraction=0.5, hidden_size=64),
+}
 # run a trained in 100 s (two rows: a resumed training), evaluated in 20 + 10 s
-TIMINGS = [{"stage": "train", "run": "a", "seconds": 60.0}, {"stage": "train", "run": "a", "seconds": 40.0},
-           {"stage": "probe", "run": "a", "seconds": 20.0}, {"stage": "reliance", "run": "a", "seconds": 10.0},
-           {"stage": "sweep", "run": "(sweep)", "seconds": 999.0}]  # fmt: skip
+TIMINGS = [
+    {"stage": "train", "run": "a", "seconds": 60.0},
+    {"stage": "train", "run": "a", "seconds": 40.0},
+    {"stage": "probe", "run": "a", "seconds": 20.0},
+    {"stage": "reliance", "run": "a", "seconds": 10.0},
+    {"stage": "sweep", "run": "(sweep)", "seconds": 999.0},
+]
 
 
 def test_a_runs_time_is_predicted_from_the_measured_seconds_per_flop_and_the_longest_evaluation():
@@ -92,7 +98,9 @@ def test_a_missing_optional_package_is_refused_or_left_out_as_the_config_says(mo
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("faiss", "mteb") else real(name, *a))
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
-    with pytest.raises(ConfigError, match=r"^sweep field 'probes': the kNN probe needs the package faiss, which is not installed"):
+    with pytest.raises(
+        ConfigError, match=r"^sweep field 'probes': the kNN probe needs the package faiss, which is not installed"
+    ):
         check_machine(cfg)
     cfg.missing_packages = "leave_out"
     check_machine(cfg)
@@ -107,15 +115,30 @@ def test_a_missing_optional_package_is_refused_or_left_out_as_the_config_says(mo
 def _rehearsal(tmp_path: Path, corpus_args, real_data_root, **fields) -> Path:
     """gpu_figure1.yaml at nano shape on the test corpus: 12 fp32 steps per run, uncompiled, on this machine."""
     overrides = [
-        f"out_dir={tmp_path}", "sizes=[nano]", "device=null", f"data_root={real_data_root}", f"budget_tokens={12 * 8 * 64}",
-        "max_probe_train=300", "batch_size=128",
-        "train.batch_size=8", "train.compile=false", "train.dtype=fp32", "train.num_threads=1", "train.log_every=1",
-        "train.eval_every=6", "train.eval_sequences=16", "train.checkpoint_every=6", "train.data.tokenizer=train",
-        f"train.data.corpus={corpus_args.corpus}", f"train.data.vocab_size={corpus_args.vocab_size}",
-        f"train.data.seq_len={corpus_args.seq_len}", f"train.data.max_documents={corpus_args.max_documents}",
-        f"train.data.val_fraction={corpus_args.val_fraction}", f"train.data.cache_dir={corpus_args.cache_dir}",
+        f"out_dir={tmp_path}",
+        "sizes=[nano]",
+        "device=null",
+        f"data_root={real_data_root}",
+        f"budget_tokens={12 * 8 * 64}",
+        "max_probe_train=300",
+        "batch_size=128",
+        "train.batch_size=8",
+        "train.compile=false",
+        "train.dtype=fp32",
+        "train.num_threads=1",
+        "train.log_every=1",
+        "train.eval_every=6",
+        "train.eval_sequences=16",
+        "train.checkpoint_every=6",
+        "train.data.tokenizer=train",
+        f"train.data.corpus={corpus_args.corpus}",
+        f"train.data.vocab_size={corpus_args.vocab_size}",
+        f"train.data.seq_len={corpus_args.seq_len}",
+        f"train.data.max_documents={corpus_args.max_documents}",
+        f"train.data.val_fraction={corpus_args.val_fraction}",
+        f"train.data.cache_dir={corpus_args.cache_dir}",
         *(f"{k}={v}" for k, v in fields.items()),
-    ]  # fmt: skip
+    ]
     cfg = load_config(SweepConfig, CONFIG, overrides)
     path = tmp_path / "rehearsal.yaml"
     path.write_text(dump_yaml(cfg))
@@ -124,8 +147,9 @@ def _rehearsal(tmp_path: Path, corpus_args, real_data_root, **fields) -> Path:
 
 def _sweep(config: Path, log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "crossbert_eval.sweep", str(config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "crossbert_eval.sweep", str(config)], env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w")
+    )
 
 
 def _every_line_whole(path: Path) -> list[dict]:
@@ -142,7 +166,11 @@ def test_the_gpu_sweep_rehearsed_on_a_cpu_writes_every_row_kind_survives_a_kill_
     proc = _sweep(_rehearsal(tmp_path, corpus_args, real_data_root), tmp_path / "first.log")
     deadline = time.time() + 300
     while time.time() < deadline:  # kill -9 once the first run is probed and the second has started training
-        done = any(r.get("run") == first for r in read_jsonl(root / "completed.jsonl")) if (root / "completed.jsonl").exists() else False
+        done = (
+            any(r.get("run") == first for r in read_jsonl(root / "completed.jsonl"))
+            if (root / "completed.jsonl").exists()
+            else False
+        )
         if done and (root / "runs" / second / "metrics.jsonl").exists():
             break
         assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
@@ -154,7 +182,11 @@ def test_the_gpu_sweep_rehearsed_on_a_cpu_writes_every_row_kind_survives_a_kill_
 
     # the finished run's rows are whole, every kind the GPU run writes
     (checkpoint,) = [r for r in _every_line_whole(root / "checkpoints.jsonl") if r["run"] == first]
-    rows = [r for r in _every_line_whole(root / "results" / "results.jsonl") if r["model_fingerprint"] == checkpoint["model_fingerprint"]]
+    rows = [
+        r
+        for r in _every_line_whole(root / "results" / "results.jsonl")
+        if r["model_fingerprint"] == checkpoint["model_fingerprint"]
+    ]
     kinds = {(r["task"], r["probe"], r.get("feature_transform", "raw")) for r in rows}
     for task in ("SST-2", "STS-B", "BigramShift"):
         assert (task, "linear", "raw") in kinds, task

@@ -17,8 +17,11 @@ PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crossbert_model", "crossbert_
 
 def test_every_package_folder_is_listed_for_the_wheel():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(REPO).parts) for name in ("crossbert_model", "crossbert_eval")
-             for p in (REPO / name).rglob("__init__.py")}  # fmt: skip
+    found = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for name in ("crossbert_model", "crossbert_eval")
+        for p in (REPO / name).rglob("__init__.py")
+    }
     assert found | {"crossbert_tasks"} == listed
 
 
@@ -54,8 +57,22 @@ def test_the_installed_package_lists_its_tasks_from_another_folder(installed, tm
 
 
 def test_the_installed_package_probes_a_model_from_another_folder(installed, tmp_path):
-    done = crossbert(installed, tmp_path, "probe", "minilm", "--tasks", "MRPC", "--probe", "linear", "--layers", "last",
-                     "--max-train", "300", "--results", "out")  # fmt: skip
+    done = crossbert(
+        installed,
+        tmp_path,
+        "probe",
+        "minilm",
+        "--tasks",
+        "MRPC",
+        "--probe",
+        "linear",
+        "--layers",
+        "last",
+        "--max-train",
+        "300",
+        "--results",
+        "out",
+    )
     assert done.returncode == 0, done.stderr
     assert f"from {installed}" in done.stdout
     assert (tmp_path / "out" / "results.jsonl").is_file() and not (REPO / "out").exists()

@@ -17,10 +17,19 @@ from crossbert_model.errors import USER_ERROR_EXIT
 # -- the grammar: one parser, one resolver -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("given, spec", [
-    ("all", LayerSpec.ALL), ("last", LayerSpec.LAST), ("3", LayerSpec.of(3)), (3, LayerSpec.of(3)), ("-1", LayerSpec.of(-1)),
-    ("0,3,-1", LayerSpec.of(0, 3, -1)), (" 1, 2", LayerSpec.of(1, 2)), ([0, 2], LayerSpec.of(0, 2)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "given, spec",
+    [
+        ("all", LayerSpec.ALL),
+        ("last", LayerSpec.LAST),
+        ("3", LayerSpec.of(3)),
+        (3, LayerSpec.of(3)),
+        ("-1", LayerSpec.of(-1)),
+        ("0,3,-1", LayerSpec.of(0, 3, -1)),
+        (" 1, 2", LayerSpec.of(1, 2)),
+        ([0, 2], LayerSpec.of(0, 2)),
+    ],
+)
 def test_the_grammar_parses_into_one_typed_value_that_writes_itself_back(given, spec):
     # catches: a form the grammar always took (a YAML number, a list) refused, or a spec whose text form parses otherwise
     assert LayerSpec.parse(given) == spec
@@ -67,8 +76,24 @@ def test_one_probe_command_parses_its_layer_spec_once_and_the_encoder_gets_the_t
 
     resolved, layer_indices = [], FrozenEncoder.layer_indices
     monkeypatch.setattr(FrozenEncoder, "layer_indices", lambda self, spec: resolved.append(spec) or layer_indices(self, spec))
-    main(["probe", _nano_model(tmp_path), "--tasks", "TREC", "--probe", "knn", "--layers", "0,2", "--max-train", "40",
-          "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")])  # fmt: skip
+    main(
+        [
+            "probe",
+            _nano_model(tmp_path),
+            "--tasks",
+            "TREC",
+            "--probe",
+            "knn",
+            "--layers",
+            "0,2",
+            "--max-train",
+            "40",
+            "--results",
+            str(tmp_path / "r"),
+            "--cache",
+            str(tmp_path / "f"),
+        ]
+    )
     assert parses == ["0,2"]
     assert resolved == [LayerSpec.of(0, 2)] and isinstance(resolved[0], LayerSpec)
     assert {r["layer"] for r in read_jsonl(tmp_path / "r" / "results.jsonl")} == {0, 2}
@@ -78,7 +103,9 @@ def test_one_mteb_command_parses_its_layer_spec_once(parses, tmp_path, monkeypat
     from crossbert_eval import mteb_runner
 
     asked = []
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, settings, **kw: asked.append(settings) or ([], mteb_runner.MtebRun(None, 0.0)))
+    monkeypatch.setattr(
+        mteb_runner, "run_mteb", lambda model, settings, **kw: asked.append(settings) or ([], mteb_runner.MtebRun(None, 0.0))
+    )
     main(["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,2", "--out", str(tmp_path / "m")])
     assert parses == ["0,2"] and asked[0].layers == LayerSpec.of(0, 2)
 
@@ -113,14 +140,20 @@ def test_a_refused_setting_is_said_with_its_option_on_the_command_line_and_with_
         ProbeSettings(tasks=["TREC"], k=0)
     with pytest.raises(CrossbertError, match=r"^--k: expected a positive integer, got 0$"), cli.settings_as_options():
         ProbeSettings(tasks=["TREC"], k=0)
-    with pytest.raises(CrossbertError, match=r"^--feature-transform: expected one or more of raw, centred, whitened"), cli.settings_as_options():
+    with (
+        pytest.raises(CrossbertError, match=r"^--feature-transform: expected one or more of raw, centred, whitened"),
+        cli.settings_as_options(),
+    ):
         ProbeSettings(tasks=["TREC"], feature_transforms=["centered"])
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["probe", "minilm", "--tasks", "TREC", "--k", "0"], "--k"),
-    (["mteb", "minilm"], "--tasks: expected one or more mteb task names (or a benchmark), got none"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["probe", "minilm", "--tasks", "TREC", "--k", "0"], "--k"),
+        (["mteb", "minilm"], "--tasks: expected one or more mteb task names (or a benchmark), got none"),
+    ],
+)
 def test_the_command_line_still_names_its_options(argv, says, tmp_path, capsys, monkeypatch):
     # catches: a library wording (probe setting 'k') leaking to the command line; an mteb run without tasks found out only
     # after its model was loaded
@@ -129,7 +162,10 @@ def test_the_command_line_still_names_its_options(argv, says, tmp_path, capsys, 
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
     monkeypatch.setattr(FrozenEncoder, "load", lambda *a, **kw: pytest.fail("the model was loaded"))
     with pytest.raises(SystemExit) as exit_:
-        main([*argv, "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")] + (["--out", str(tmp_path / "m")] if argv[0] == "mteb" else []))
+        main(
+            [*argv, "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")]
+            + (["--out", str(tmp_path / "m")] if argv[0] == "mteb" else [])
+        )
     err = capsys.readouterr().err
     assert exit_.value.code == USER_ERROR_EXIT and len(err.strip().splitlines()) == 1 and says in err, err
     assert "setting" not in err
@@ -147,20 +183,39 @@ def test_a_sweep_builds_each_stages_settings_once_from_its_config_fields(tmp_pat
     from crossbert_eval.sweep import SweepConfig, evaluation_plan
     from crossbert_model.args import load_config
 
-    cfg = load_config(SweepConfig, "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", "probe_layers=0,-1", "intermediate_layers=2",
-                                                                     "mteb_layers=all", "max_probe_train=300", "limit=100"])  # fmt: skip
+    cfg = load_config(
+        SweepConfig,
+        "configs/sweep/cpu_small.yaml",
+        [
+            f"out_dir={tmp_path}",
+            "probe_layers=0,-1",
+            "intermediate_layers=2",
+            "mteb_layers=all",
+            "max_probe_train=300",
+            "limit=100",
+        ],
+    )
     final, earlier = (evaluation_plan(cfg, SweepDir(cfg.root), final) for final in (True, False))
     assert isinstance(final.probe, ProbeSettings) and isinstance(final.mteb, MtebSettings)
-    assert (final.probe.layers, final.geometry.layers, final.mteb.layers) == (LayerSpec.of(0, -1), LayerSpec.of(0, -1), LayerSpec.ALL)
+    assert (final.probe.layers, final.geometry.layers, final.mteb.layers) == (
+        LayerSpec.of(0, -1),
+        LayerSpec.of(0, -1),
+        LayerSpec.ALL,
+    )
     assert (earlier.probe.layers, earlier.geometry.layers, earlier.mteb.layers) == (LayerSpec.of(2),) * 3
     assert (final.probe.max_train, final.probe.max_eval) == (100, 100)  # max_probe_train capped by the limited sweep's limit
     assert final.probe.cache_dir == final.geometry.cache_dir == final.mteb.cache_dir == str(cfg.root / "features")
     assert final.mteb.pooling == cfg.poolings[0] and final.mteb.out_dir == str(cfg.root / "mteb")
 
 
-@pytest.mark.parametrize("override, field", [
-    ("probe_layers=1,x", "probe_layers"), ("intermediate_layers=[a]", "intermediate_layers"), ("mteb_layers=true", "mteb_layers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("probe_layers=1,x", "probe_layers"),
+        ("intermediate_layers=[a]", "intermediate_layers"),
+        ("mteb_layers=true", "mteb_layers"),
+    ],
+)
 def test_a_bad_layer_spec_in_a_sweep_config_is_named_as_its_config_field(override, field, tmp_path):
     from crossbert_eval.sweep import SweepConfig
     from crossbert_model.args import ConfigError, load_config
@@ -180,9 +235,14 @@ def test_a_sweep_field_refused_in_code_names_the_field_not_an_option(tmp_path):
         plan_runs(cfg)
 
 
-@pytest.mark.parametrize("override, spec", [
-    ("probe_layers=2", LayerSpec.of(2)), ("probe_layers=-1", LayerSpec.of(-1)), ("probe_layers=[0, 2]", LayerSpec.of(0, 2)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, spec",
+    [
+        ("probe_layers=2", LayerSpec.of(2)),
+        ("probe_layers=-1", LayerSpec.of(-1)),
+        ("probe_layers=[0, 2]", LayerSpec.of(0, 2)),
+    ],
+)
 def test_a_layer_spec_a_yaml_file_reads_as_a_number_or_list_is_the_same_spec(override, spec, tmp_path):
     # catches: `probe_layers: 2` in a config refused (YAML reads it as a number) though the grammar takes N
     from crossbert_eval.folder_layout import SweepDir
@@ -198,10 +258,20 @@ def test_a_zoo_maps_its_config_fields_to_the_settings_once_and_an_entry_changes_
     from crossbert_eval.folder_layout import ZooDir
     from crossbert_eval.zoo import ZooConfig, ZooModel, entry_plan, evaluation_plan
 
-    cfg = ZooConfig(models=[ZooModel(model="minilm")], out_dir=str(tmp_path), probe_layers="0,6", mteb_layers=-1, max_probe_train=200,
-                    features_dir=str(tmp_path / "shared"))  # fmt: skip
+    cfg = ZooConfig(
+        models=[ZooModel(model="minilm")],
+        out_dir=str(tmp_path),
+        probe_layers="0,6",
+        mteb_layers=-1,
+        max_probe_train=200,
+        features_dir=str(tmp_path / "shared"),
+    )
     plan = evaluation_plan(cfg, ZooDir(cfg.root))
-    assert (plan.probe.layers, plan.geometry.layers, plan.mteb.layers) == (LayerSpec.of(0, 6), LayerSpec.of(0, 6), LayerSpec.of(-1))
+    assert (plan.probe.layers, plan.geometry.layers, plan.mteb.layers) == (
+        LayerSpec.of(0, 6),
+        LayerSpec.of(0, 6),
+        LayerSpec.of(-1),
+    )
     assert plan.probe.max_train == 200 and plan.probe.cache_dir == plan.mteb.cache_dir == str(tmp_path / "shared")
     assert entry_plan(plan, ZooModel(model="minilm")) is plan  # the model's own pooling
     cls = entry_plan(plan, ZooModel(model="minilm", pooling="cls"))

@@ -23,8 +23,12 @@ def _modules() -> dict[str, Path]:
 def _imports(name: str, path: Path):
     """(imported module, imported names) of every import statement outside `if TYPE_CHECKING:` blocks."""
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
-                   for n in ast.walk(node)}  # fmt: skip
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     for node in ast.walk(tree):
         if id(node) in typing_only:
@@ -48,10 +52,21 @@ def _graph() -> dict[str, set[str]]:
 
 
 # The layering, one rule a line: (the modules a rule binds, the module they must not import, why).
-COMPUTATION = ("crossbert_eval.probes", "crossbert_eval.probe_runner", "crossbert_eval.geometry", "crossbert_eval.geometry_runner",
-               "crossbert_eval.mteb_runner", "crossbert_eval.mteb_encoder", "crossbert_eval.mteb_tasks", "crossbert_eval.encoders",
-               "crossbert_eval.evaluation", "crossbert_eval.results", "crossbert_eval.baselines", "crossbert_eval.metrics",
-               "crossbert_eval.stats")  # fmt: skip
+COMPUTATION = (
+    "crossbert_eval.probes",
+    "crossbert_eval.probe_runner",
+    "crossbert_eval.geometry",
+    "crossbert_eval.geometry_runner",
+    "crossbert_eval.mteb_runner",
+    "crossbert_eval.mteb_encoder",
+    "crossbert_eval.mteb_tasks",
+    "crossbert_eval.encoders",
+    "crossbert_eval.evaluation",
+    "crossbert_eval.results",
+    "crossbert_eval.baselines",
+    "crossbert_eval.metrics",
+    "crossbert_eval.stats",
+)
 ORCHESTRATORS = ("crossbert_eval.cli", "crossbert_eval.sweep", "crossbert_model.train")  # the only ones that train
 LAYERING = [
     ("crossbert_model", "crossbert_eval", "the model library knows nothing of evaluation"),
@@ -59,7 +74,7 @@ LAYERING = [
     (("crossbert_model.checkpoint",), "crossbert_model.model_card", "the trainer hands the checkpoint writer its card's text"),
     (COMPUTATION, "crossbert_eval.report", "computation does not import presentation"),
     ("*", "crossbert_model.train", "library modules never import the trainer (only what trains does)"),
-]  # fmt: skip
+]
 
 
 def _bound(who, module: str) -> bool:
@@ -71,8 +86,13 @@ def _bound(who, module: str) -> bool:
 @pytest.mark.parametrize("who, forbidden, why", LAYERING, ids=[rule[2] for rule in LAYERING])
 def test_the_layering_rules_hold(who, forbidden, why):
     graph = _graph()
-    broken = sorted(f"{m} -> {t}" for m, targets in graph.items() if _bound(who, m)
-                    for t in targets if t == forbidden or t.startswith(forbidden + "."))  # fmt: skip
+    broken = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if _bound(who, m)
+        for t in targets
+        if t == forbidden or t.startswith(forbidden + ".")
+    )
     assert broken == [], why
 
 
@@ -100,10 +120,19 @@ def _writes_to_module_names(path: Path) -> list[str]:
     """Where a function changes a module-level name or an imported module's attribute: `X[k] = v`, `X.clear()`,
     `R.COLORS[k] = v`, `global X`."""
     tree = ast.parse(path.read_text())
-    module_names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
-    module_names |= {(a.asname or a.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-                     for a in node.names}  # fmt: skip
+    module_names = {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
+    module_names |= {
+        (a.asname or a.name).split(".")[0]
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+    }
 
     def base(node):
         while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -127,7 +156,9 @@ def _writes_to_module_names(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", sorted(m for m in _modules() if m.startswith("crossbert_eval.report") or m == "crossbert_eval.zoo"))
+@pytest.mark.parametrize(
+    "module", sorted(m for m in _modules() if m.startswith("crossbert_eval.report") or m == "crossbert_eval.zoo")
+)
 def test_no_report_function_changes_module_state(module):
     """A report is a function of its folder: no build leaves anything behind that the next one sees (the zoo passes
     its palette in rather than patching the report's)."""
@@ -136,6 +167,12 @@ def test_no_report_function_changes_module_state(module):
 
 def test_the_state_check_catches_what_the_zoo_once_did(tmp_path):
     old = tmp_path / "old.py"
-    old.write_text("from . import report as R\nCAPTIONS = {}\n\ndef build(families, name):\n    CAPTIONS.clear()\n"
-                   "    for f in families:\n        R.COLORS[f] = 'red'\n    CAPTIONS[name] = 'x'\n")
-    assert sorted(_writes_to_module_names(old)) == ["build: CAPTIONS.clear(...)", "build: CAPTIONS[name] = ...", "build: R.COLORS[f] = ..."]
+    old.write_text(
+        "from . import report as R\nCAPTIONS = {}\n\ndef build(families, name):\n    CAPTIONS.clear()\n"
+        "    for f in families:\n        R.COLORS[f] = 'red'\n    CAPTIONS[name] = 'x'\n"
+    )
+    assert sorted(_writes_to_module_names(old)) == [
+        "build: CAPTIONS.clear(...)",
+        "build: CAPTIONS[name] = ...",
+        "build: R.COLORS[f] = ...",
+    ]

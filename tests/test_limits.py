@@ -85,15 +85,26 @@ def test_every_config_field_declares_its_limit_or_is_a_listed_exception():
     # catches: a field added with a bare type, whose out-of-range value nothing refuses (or something refuses
     # far from the field, an hour into a run); and an exception left listed after the field got its limit
     classes = _config_classes()
-    assert {"TrainConfig", "ModelArgs", "DataArgs", "OptimArgs", "SweepConfig", "ObjectiveSpec", "SubmititArgs",
-            "ZooConfig", "ZooModel"} <= {c.__name__ for c in classes}  # fmt: skip
+    assert {
+        "TrainConfig",
+        "ModelArgs",
+        "DataArgs",
+        "OptimArgs",
+        "SweepConfig",
+        "ObjectiveSpec",
+        "SubmititArgs",
+        "ZooConfig",
+        "ZooModel",
+    } <= {c.__name__ for c in classes}
     limited, unlimited = [], []
     for cls in classes:
         for name, tp in field_hints(cls).items():
             if any(dataclasses.is_dataclass(t) for t in _types_within(tp)) and not limits_in(tp)[1]:
                 continue  # a nested section: its own fields are walked
             (limited if _has_limit(tp) else unlimited).append(f"{cls.__name__}.{name}")
-    assert sorted(set(unlimited) - set(UNLIMITED)) == [], "fields with no declared limit (declare one, or list it with the reason)"
+    assert sorted(set(unlimited) - set(UNLIMITED)) == [], (
+        "fields with no declared limit (declare one, or list it with the reason)"
+    )
     assert sorted(set(UNLIMITED) - set(unlimited)) == [], "listed as unlimited, but the field has a limit now (or is gone)"
     assert len(limited) >= 115  # when written: 105 declared, and 10 bools whose type is their limit
 
@@ -110,21 +121,62 @@ def test_each_relation_names_fields_of_its_own_class():
 # -- refused at the edge, naming the field and where its value came from ---------------------------------------------
 
 
-@pytest.mark.parametrize("cls, config, yaml_text, override, field, expected", [
-    (TrainConfig, TINY, "data: {split_seed: -1}\n", "data.split_seed=-1", "config field 'data.split_seed'",
-     r"an integer from 0 to 2\*\*63 - 1, got -1"),
-    (TrainConfig, TINY, "data: {num_workers: 0}\n", "data.num_workers=0", "config field 'data.num_workers'",
-     "a positive integer or null, got 0"),
-    (TrainConfig, TINY, "data: {text_field: ''}\n", "data.text_field=' '", "config field 'data.text_field'", "a non-empty string, got "),
-    (SweepConfig, REPO / "configs/sweep/cpu_small.yaml", "report_every_s: -5\n", "report_every_s=-5", "sweep field 'report_every_s'",
-     "a number of seconds >= 0, got -5"),
-    (SweepConfig, REPO / "configs/sweep/cpu_small.yaml", "batch_size: 0\n", "batch_size=0", "sweep field 'batch_size'",
-     "a positive integer, got 0"),
-    (ZooConfig, REPO / "configs/zoo/offline.yaml", "models: [{model: minilm, name: ''}]\n", "models=[{model: minilm, name: ''}]",
-     "zoo field 'models[0].name'", "a display name or null, got ''"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cls, config, yaml_text, override, field, expected",
+    [
+        (
+            TrainConfig,
+            TINY,
+            "data: {split_seed: -1}\n",
+            "data.split_seed=-1",
+            "config field 'data.split_seed'",
+            r"an integer from 0 to 2\*\*63 - 1, got -1",
+        ),
+        (
+            TrainConfig,
+            TINY,
+            "data: {num_workers: 0}\n",
+            "data.num_workers=0",
+            "config field 'data.num_workers'",
+            "a positive integer or null, got 0",
+        ),
+        (
+            TrainConfig,
+            TINY,
+            "data: {text_field: ''}\n",
+            "data.text_field=' '",
+            "config field 'data.text_field'",
+            "a non-empty string, got ",
+        ),
+        (
+            SweepConfig,
+            REPO / "configs/sweep/cpu_small.yaml",
+            "report_every_s: -5\n",
+            "report_every_s=-5",
+            "sweep field 'report_every_s'",
+            "a number of seconds >= 0, got -5",
+        ),
+        (
+            SweepConfig,
+            REPO / "configs/sweep/cpu_small.yaml",
+            "batch_size: 0\n",
+            "batch_size=0",
+            "sweep field 'batch_size'",
+            "a positive integer, got 0",
+        ),
+        (
+            ZooConfig,
+            REPO / "configs/zoo/offline.yaml",
+            "models: [{model: minilm, name: ''}]\n",
+            "models=[{model: minilm, name: ''}]",
+            "zoo field 'models[0].name'",
+            "a display name or null, got ''",
+        ),
+    ],
+)
 def test_a_value_no_check_refused_before_is_refused_in_one_line_naming_its_field_and_source(
-        tmp_path, cls, config, yaml_text, override, field, expected):  # fmt: skip
+    tmp_path, cls, config, yaml_text, override, field, expected
+):
     # catches: a field whose limit nothing checked (these passed load_config and the command's own checks, and
     # failed, or silently misbehaved, only once the run was under way)
     def load_and_check(path, overrides):
@@ -138,7 +190,9 @@ def test_a_value_no_check_refused_before_is_refused_in_one_line_naming_its_field
     assert re.fullmatch(rf"{re.escape(str(yaml_file))}: {re.escape(field)}: expected {expected}.*", str(from_file.value))
     with pytest.raises(ConfigError) as from_override:
         load_and_check(config, [override])
-    assert re.fullmatch(rf"command-line override {re.escape(repr(override))}: {re.escape(field)}: expected {expected}.*", str(from_override.value))
+    assert re.fullmatch(
+        rf"command-line override {re.escape(repr(override))}: {re.escape(field)}: expected {expected}.*", str(from_override.value)
+    )
     assert "\n" not in str(from_file.value) + str(from_override.value)
 
 
@@ -146,11 +200,17 @@ def test_a_limit_error_names_the_override_that_set_the_value_else_the_file(tmp_p
     # catches: a refused value blamed on the YAML file when the command line set it, or the other way round
     config = tmp_path / "run.yaml"
     config.write_text("optim: {lr: -1}\nsteps: 10\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(config))}: config field 'optim.lr': expected a positive number, got -1.0$"):
+    with pytest.raises(
+        ConfigError, match=rf"^{re.escape(str(config))}: config field 'optim.lr': expected a positive number, got -1.0$"
+    ):
         load_config(TrainConfig, config, ["steps=20"])
-    with pytest.raises(ConfigError, match=r"^command-line override 'optim={lr: 0}': config field 'optim.lr': expected a positive number"):
+    with pytest.raises(
+        ConfigError, match=r"^command-line override 'optim={lr: 0}': config field 'optim.lr': expected a positive number"
+    ):
         load_config(TrainConfig, None, ["steps=20", "optim={lr: 0}"])  # an override of the section above the key
-    with pytest.raises(ConfigError, match=r"^command-line override 'steps=0': config field 'steps': expected a positive integer, got 0$"):
+    with pytest.raises(
+        ConfigError, match=r"^command-line override 'steps=0': config field 'steps': expected a positive integer, got 0$"
+    ):
         load_config(TrainConfig, config, ["optim.lr=1e-3", "steps=0"])
     assert load_config(TrainConfig, config, ["optim.lr=1e-3"]).optim.lr == 1e-3  # the override's good value replaces the file's
 
@@ -171,19 +231,36 @@ def test_the_model_sections_limits_word_a_refusal_as_crossbert_config_does():
     # and keeps its own checks) drifting apart: a value one refuses that the other takes, or other words for it
     from crossbert_model.config import check_model_values
 
-    good = {"mask_ratio": 0.5, "mlm_mask_prob": 0.5, "mlm_random_prob": 0.0, "mlp_type": "gelu", "norm_type": "layernorm",
-            "embedding_init_std": None, "predictor_positions": "rotary"}  # fmt: skip
-    samples = {"mask_ratio": [0.0, 0.3, 1.0, 1.5], "mlm_mask_prob": [-0.1, 0.0, 1.0, 1.2], "mlm_random_prob": [-0.5, 0.0, 0.5, 2.0],
-               "mlp_type": ["gelu", "swiglu", "relu"], "norm_type": ["rmsnorm", "batchnorm"], "embedding_init_std": [0.0, 0.02, -1.0],
-               "predictor_positions": ["rotary", "encoder", "queries"]}  # fmt: skip
+    good = {
+        "mask_ratio": 0.5,
+        "mlm_mask_prob": 0.5,
+        "mlm_random_prob": 0.0,
+        "mlp_type": "gelu",
+        "norm_type": "layernorm",
+        "embedding_init_std": None,
+        "predictor_positions": "rotary",
+    }
+    samples = {
+        "mask_ratio": [0.0, 0.3, 1.0, 1.5],
+        "mlm_mask_prob": [-0.1, 0.0, 1.0, 1.2],
+        "mlm_random_prob": [-0.5, 0.0, 0.5, 2.0],
+        "mlp_type": ["gelu", "swiglu", "relu"],
+        "norm_type": ["rmsnorm", "batchnorm"],
+        "embedding_init_std": [0.0, 0.02, -1.0],
+        "predictor_positions": ["rotary", "encoder", "queries"],
+    }
     hints = field_hints(ModelArgs)
     for name, values in samples.items():
         (limit,) = limits_in(hints[name])[1]
         for value in values:
             with_value = {**good, name: value}
             try:
-                check_model_values(**{k: v for k, v in with_value.items() if k != "predictor_positions"}, section="model.",
-                                   predictor_positions=with_value["predictor_positions"], absolute_positions=True)  # fmt: skip
+                check_model_values(
+                    **{k: v for k, v in with_value.items() if k != "predictor_positions"},
+                    section="model.",
+                    predictor_positions=with_value["predictor_positions"],
+                    absolute_positions=True,
+                )
                 config_says = None
             except ValueError as e:
                 config_says = str(e)
@@ -220,18 +297,31 @@ def _options() -> list[tuple[str, argparse.Action]]:
 
 def test_every_typed_option_takes_its_type_from_a_declared_limit():
     # catches: a numeric option typed `int` / `float` (any number passes argparse, to fail, or not, deep in the command)
-    typed = [(command, action.option_strings[0]) for command, action in _options() if action.type is not None and action.option_strings]
-    bare = [(command, option) for command, action in _options() for option in action.option_strings[:1] if action.type in (int, float)]
+    typed = [
+        (command, action.option_strings[0]) for command, action in _options() if action.type is not None and action.option_strings
+    ]
+    bare = [
+        (command, option) for command, action in _options() for option in action.option_strings[:1] if action.type in (int, float)
+    ]
     assert bare == []
     assert ("probe", "--seed") in typed and ("presets", "--seq-len") in typed and ("sweep", "--budget-s") in typed
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["probe", "no-such-model", "--tasks", "TREC", "--seed", "-1"], "argument --seed: expected an integer from 0 to 2**63 - 1, got '-1'"),
-    (["presets", "--seq-len", "2"], "argument --seq-len: expected an integer >= 3 ([CLS] + text + [SEP]), got '2'"),
-    (["probe", "no-such-model", "--tasks", "TREC", "--batch-size", "0"], "argument --batch-size: expected a positive integer, got '0'"),
-    (["sweep", "no-such.yaml", "--budget-s", "nan"], "argument --budget-s: expected a positive number of seconds, got 'nan'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["probe", "no-such-model", "--tasks", "TREC", "--seed", "-1"],
+            "argument --seed: expected an integer from 0 to 2**63 - 1, got '-1'",
+        ),
+        (["presets", "--seq-len", "2"], "argument --seq-len: expected an integer >= 3 ([CLS] + text + [SEP]), got '2'"),
+        (
+            ["probe", "no-such-model", "--tasks", "TREC", "--batch-size", "0"],
+            "argument --batch-size: expected a positive integer, got '0'",
+        ),
+        (["sweep", "no-such.yaml", "--budget-s", "nan"], "argument --budget-s: expected a positive number of seconds, got 'nan'"),
+    ],
+)
 def test_an_option_out_of_its_limit_is_refused_by_argparse_in_one_line(argv, expected, capsys, monkeypatch):
     # catches: an option whose limit is checked late (after a model loads) or not at all
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)

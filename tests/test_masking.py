@@ -56,9 +56,14 @@ def test_mlm_masking_follows_80_10_10_on_real_tokens(corpus):
     attention = torch.ones_like(ids)
     vocab = len(corpus.tokenizer)
     out = mlm_masking(
-        ids, attention, mask_ratio=0.15, mask_token_id=corpus.tokenizer.mask_token_id, vocab_size=vocab,
-        num_special_tokens=5, rng=RowRandom(0),
-    )  # fmt: skip
+        ids,
+        attention,
+        mask_ratio=0.15,
+        mask_token_id=corpus.tokenizer.mask_token_id,
+        vocab_size=vocab,
+        num_special_tokens=5,
+        rng=RowRandom(0),
+    )
     selected = out["labels"] != -100
     # exactly round(0.15 * n) per sequence
     assert torch.equal(selected.sum(dim=1), torch.full((ids.shape[0],), round(0.15 * ids.shape[1])))
@@ -80,8 +85,7 @@ def test_mlm_masking_follows_80_10_10_on_real_tokens(corpus):
 
 def test_mlm_masking_never_selects_padding(real_batch):
     ids, attention = real_batch
-    out = mlm_masking(ids, attention, mask_ratio=0.3, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                      rng=RowRandom(0))  # fmt: skip
+    out = mlm_masking(ids, attention, mask_ratio=0.3, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0))
     selected = out["labels"] != -100
     assert not (selected & ~attention.bool()).any()
     assert torch.equal(selected.sum(dim=1), torch.clamp(torch.round(attention.sum(1) * 0.3), min=1).long())
@@ -187,15 +191,26 @@ def test_shared_protocol_refuses_a_ratio_outside_0_1(real_batch):
 
 def test_pure_masking_replaces_every_selected_token_by_mask(real_batch):
     ids, attention = real_batch
-    batch = mlm_masking(ids, attention, mask_ratio=0.5, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                        rng=RowRandom(0), mask_prob=1.0, random_prob=0.0)  # fmt: skip
+    batch = mlm_masking(
+        ids,
+        attention,
+        mask_ratio=0.5,
+        mask_token_id=4,
+        vocab_size=2048,
+        num_special_tokens=5,
+        rng=RowRandom(0),
+        mask_prob=1.0,
+        random_prob=0.0,
+    )
     selected = batch["labels"] != -100
     assert bool((batch["input_ids"][selected] == 4).all())
     assert torch.equal(batch["input_ids"][~selected], ids[~selected])
 
 
-@pytest.mark.parametrize("objective, ratio, cms", [("mlm", 0.15, True), ("crossbert", 0.5, True), ("crossbert", 2 / 3, True),
-                                                    ("crossbert", 0.5, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "objective, ratio, cms",
+    [("mlm", 0.15, True), ("crossbert", 0.5, True), ("crossbert", 2 / 3, True), ("crossbert", 0.5, False)],
+)
 def test_target_ids_are_the_original_tokens_each_objective_is_asked_to_predict(real_batch, objective, ratio, cms):
     from crossbert_model.objectives import config_from_preset
     from crossbert_model.masking import target_ids
@@ -240,7 +255,7 @@ def test_a_process_drawing_only_its_rows_gets_exactly_those_rows_of_the_global_b
     config, ids = _config(name), corpus.train.get(list(range(16)))
     step = RowRandom(seed=3, step=7)
     whole = pretraining_batch(ids, torch.ones_like(ids), config, step)
-    parts = [pretraining_batch(ids[lo:lo + 8], torch.ones_like(ids[lo:lo + 8]), config, step.from_row(lo)) for lo in (0, 8)]
+    parts = [pretraining_batch(ids[lo : lo + 8], torch.ones_like(ids[lo : lo + 8]), config, step.from_row(lo)) for lo in (0, 8)]
     assert whole.keys() == parts[0].keys()
     for key, value in whole.items():
         if value is None:
@@ -289,5 +304,7 @@ def test_every_position_is_masked_equally_often(name):
     chosen = (batch["labels"] != -100) if config.objective == "mlm" else batch["visible"][:, 0]
     rate = chosen.float().mean(dim=0)
     p = float(rate.mean())
-    assert p == pytest.approx(round(64 * SPECS[name]["mask_ratio"]) / 64 if config.objective == "mlm" else 1 - SPECS[name]["mask_ratio"])
+    assert p == pytest.approx(
+        round(64 * SPECS[name]["mask_ratio"]) / 64 if config.objective == "mlm" else 1 - SPECS[name]["mask_ratio"]
+    )
     assert float((rate - p).abs().max()) < 5 * (p * (1 - p) / 4096) ** 0.5

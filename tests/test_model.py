@@ -34,8 +34,7 @@ def test_crossbert_encoder_never_sees_masked_tokens(real_batch, complementary):
 def test_flat_mlm_does_see_its_whole_sequence(real_batch):
     ids, attention = real_batch
     model = build("mlm", 2048)
-    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                        rng=RowRandom(0))  # fmt: skip
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0))
     unselected = (batch["labels"] == -100) & attention.bool()
     scrambled = dict(batch, input_ids=torch.where(unselected, torch.randint(5, 2048, ids.shape), batch["input_ids"]))
     with torch.no_grad():
@@ -45,8 +44,7 @@ def test_flat_mlm_does_see_its_whole_sequence(real_batch):
 def test_flat_mlm_computes_logits_only_at_selected_positions(real_batch):
     ids, attention = real_batch
     model = build("mlm", 2048)
-    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                        rng=RowRandom(0))  # fmt: skip
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0))
     out = model(**batch)
     assert out.logits.shape == (int((batch["labels"] != -100).sum()), 2048)
 
@@ -307,8 +305,7 @@ def test_embedding_init_std_draws_only_the_embeddings_larger(objective, tmp_path
 def test_flat_mlm_starts_near_the_uniform_loss_with_crossberts_embedding_draw(real_batch):
     """The scaled tied head: without it the std-1.0 draw starts flat MLM at a loss of 37-45 (diverged at step 0)."""
     ids, attention = real_batch
-    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5,
-                        rng=RowRandom(0))  # fmt: skip
+    batch = mlm_masking(ids, attention, mask_ratio=0.15, mask_token_id=4, vocab_size=2048, num_special_tokens=5, rng=RowRandom(0))
     uniform = torch.log(torch.tensor(2048.0))
     with torch.no_grad():
         for std in (None, 1.0):

@@ -41,8 +41,9 @@ def test_a_card_without_a_known_corpus_says_unknown_terms_and_still_states_the_c
     assert "terms unknown" in licence and f"Code in this folder: {CODE_LICENSE}" in licence
 
 
-@pytest.mark.parametrize(("name", "sentence"), [("mlm", "A flat masked-language-model (MLM) text encoder"),
-                                                ("crossbert", "A CrossBERT text encoder")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "sentence"), [("mlm", "A flat masked-language-model (MLM) text encoder"), ("crossbert", "A CrossBERT text encoder")]
+)
 def test_the_card_names_its_objective_as_people_do(name, sentence):
     assert name in objective_names()
     _, body = header_and_body(model_card(config_from_preset("nano", objective=name), {}, None, name))

@@ -71,13 +71,28 @@ def test_mteb_superseded_warning_becomes_one_note_of_ours(caplog, recwarn):
 def test_local_tasks_are_mteb_classes_with_mteb_metadata(real_data_root):
     import mteb
 
-    for name in ("Banking77Classification", "STS12", "TwentyNewsgroupsClustering", "AmazonCounterfactualClassification",
-                 "STS17", "BIOSSES", "MassiveIntentClassification", "ImdbClassification", "SciFact"):  # fmt: skip
+    for name in (
+        "Banking77Classification",
+        "STS12",
+        "TwentyNewsgroupsClustering",
+        "AmazonCounterfactualClassification",
+        "STS17",
+        "BIOSSES",
+        "MassiveIntentClassification",
+        "ImdbClassification",
+        "SciFact",
+    ):
         task = local_mteb_task(get_task(name))
         assert isinstance(task, type(mteb.get_task(name))) and task.metadata == mteb.get_task(name).metadata
     variant = local_mteb_task(get_task("TwitterURLCorpus-lowercasedtrain"))  # mteb's class and metrics, our name
-    assert isinstance(variant, type(mteb.get_task("TwitterURLCorpus"))) and variant.metadata.name == "TwitterURLCorpus-lowercasedtrain"
-    assert variant.metadata.main_score == mteb.get_task("TwitterURLCorpus").metadata.main_score and "LOCAL VARIANT" in variant.metadata.description
+    assert (
+        isinstance(variant, type(mteb.get_task("TwitterURLCorpus")))
+        and variant.metadata.name == "TwitterURLCorpus-lowercasedtrain"
+    )
+    assert (
+        variant.metadata.main_score == mteb.get_task("TwitterURLCorpus").metadata.main_score
+        and "LOCAL VARIANT" in variant.metadata.description
+    )
     sts17 = local_mteb_task(get_task("STS17"))
     sts17.load_data()
     assert sts17.hf_subsets == ["en-en"] and len(sts17.dataset["en-en"]["test"]) == 250
@@ -137,8 +152,20 @@ def test_materialised_labels_score_exactly_as_mteb_own(real_data_root):
 # Tasks whose local data is MTEB's own: all-MiniLM-L6-v2 must reproduce its published score (0.1-point
 # tolerance for the summation order of another BLAS). TwentyNewsgroups, AmazonCounterfactual, BIOSSES, IMDB
 # and the marked variants differ for named reasons (README, "MTEB"; results/mteb_eng_v2_minilm/README.md).
-EXACT_TASKS = ["STSBenchmark", "SICK-R", "STS12", "STS13", "STS14", "STS15", "STS16", "STS17", "Banking77Classification",
-               "EmotionClassification", "MassiveIntentClassification", "MassiveScenarioClassification"]  # fmt: skip
+EXACT_TASKS = [
+    "STSBenchmark",
+    "SICK-R",
+    "STS12",
+    "STS13",
+    "STS14",
+    "STS15",
+    "STS16",
+    "STS17",
+    "Banking77Classification",
+    "EmotionClassification",
+    "MassiveIntentClassification",
+    "MassiveScenarioClassification",
+]
 
 
 @pytest.mark.slow
@@ -214,58 +241,85 @@ def toy_variant_tasks(tmp_path, monkeypatch):
     (data / "toy" / "sim.txt").write_text("1\n0\n")
     (data / "toy" / "test.tsv").write_text("Dogs bark at night\tDogs are barking at night\t1\nI like tea\tThe train is late\t0\n")
     (data / "toyir").mkdir()
-    docs = [("d1", "Aspirin", "Aspirin reduces the risk of heart attacks."), ("d2", "Volcanoes", "Lava flows from volcanoes."),
-            ("d3", "Sleep", "Adults need seven hours of sleep.")]  # fmt: skip
-    (data / "toyir" / "corpus.jsonl").write_text("".join(_json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
-    (data / "toyir" / "queries.jsonl").write_text('{"_id": "q1", "text": "aspirin prevents heart attacks"}\n'
-                                                  '{"_id": "q2", "text": "how long should adults sleep"}\n')  # fmt: skip
+    docs = [
+        ("d1", "Aspirin", "Aspirin reduces the risk of heart attacks."),
+        ("d2", "Volcanoes", "Lava flows from volcanoes."),
+        ("d3", "Sleep", "Adults need seven hours of sleep."),
+    ]
+    (data / "toyir" / "corpus.jsonl").write_text(
+        "".join(_json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs)
+    )
+    (data / "toyir" / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "aspirin prevents heart attacks"}\n{"_id": "q2", "text": "how long should adults sleep"}\n'
+    )
     (data / "toyir" / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tasks))
     return data
 
 
 def test_marked_variants_run_under_mteb_classes_with_their_own_name_in_every_row(toy_variant_tasks, tmp_path, no_network):
-    rows, run = run_mteb("minilm", MtebSettings(tasks=["ToyTwitter-lowercased", "ToySciFact"], out_dir=tmp_path / "out",
-                           cache_dir=None, data_root=toy_variant_tasks))  # fmt: skip
+    rows, run = run_mteb(
+        "minilm",
+        MtebSettings(
+            tasks=["ToyTwitter-lowercased", "ToySciFact"], out_dir=tmp_path / "out", cache_dir=None, data_root=toy_variant_tasks
+        ),
+    )
     table = mteb_text_table(rows, run.plan, run.wall_s)
     assert {r["task"] for r in rows} == {"ToyTwitter-lowercased", "ToySciFact"}
-    assert all(r["protocol"]["data"] == "variant" and r["protocol"]["variant_of"] in ("TwitterURLCorpus", "SciFact") for r in rows)
+    assert all(
+        r["protocol"]["data"] == "variant" and r["protocol"]["variant_of"] in ("TwitterURLCorpus", "SciFact") for r in rows
+    )
     (ap,) = [r for r in rows if r["task"] == "ToyTwitter-lowercased" and r["is_main"]]
     assert ap["metric"] == "max_ap" and ap["task_type"] == "PairClassification" and ap["encoded_texts"] == 8  # 4 pairs
     (ndcg,) = [r for r in rows if r["task"] == "ToySciFact" and r["is_main"]]
     assert ndcg["metric"] == "ndcg_at_10" and ndcg["value"] == pytest.approx(1.0)  # each query finds its abstract first
     assert sorted(p.name for p in (tmp_path / "out").glob("results/*/*/*.json") if p.name != "model_meta.json") == [
-        "ToySciFact.json", "ToyTwitter-lowercased.json"]  # fmt: skip
+        "ToySciFact.json",
+        "ToyTwitter-lowercased.json",
+    ]
     assert "VARIANT" in table and "VARIANT ToySciFact: three toy abstracts" in table
 
 
-def test_benchmark_plan_runs_what_task_files_stand_for_and_says_where_the_rest_was_looked_for(tmp_path, monkeypatch, real_data_root):
+def test_benchmark_plan_runs_what_task_files_stand_for_and_says_where_the_rest_was_looked_for(
+    tmp_path, monkeypatch, real_data_root
+):
     from crossbert_eval.mteb_benchmark import plan_benchmark
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     for name in ("STS17", "BIOSSES"):
         (tasks / f"{name}.yaml").write_text(get_task(name).source_file.read_text())
-    (tasks / "STS13.yaml").write_text(get_task("STS13").source_file.read_text().replace("local: sts_semeval/2013", "local: sts_semeval/2099"))
+    (tasks / "STS13.yaml").write_text(
+        get_task("STS13").source_file.read_text().replace("local: sts_semeval/2013", "local: sts_semeval/2099")
+    )
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tasks))
     objects, plan = plan_benchmark("MTEB(eng, v2)", real_data_root)
     assert [t.metadata.name for t in objects] == ["BIOSSES", "STS17"] and plan.size == 41
     assert objects[1].hf_subsets == ["en-en"] and objects[1].eval_splits == ["test"]
-    assert plan.coverage_line() == ("coverage: 2 of 41 MTEB(eng, v2) tasks ran on local data (1 with MTEB's data, "
-                                    "1 with a named data difference); 39 skipped")  # fmt: skip
+    assert plan.coverage_line() == (
+        "coverage: 2 of 41 MTEB(eng, v2) tasks ran on local data (1 with MTEB's data, 1 with a named data difference); 39 skipped"
+    )
     assert "looked for" in plan.skipped["STS13"] and "sts_semeval/2099/FNWN.test.tsv" in plan.skipped["STS13"]
-    assert plan.skipped["ArguAna"].startswith(f"no task file in {tasks} declares it") and "mteb/arguana@c22ab2a5" in plan.skipped["ArguAna"]
+    assert (
+        plan.skipped["ArguAna"].startswith(f"no task file in {tasks} declares it")
+        and "mteb/arguana@c22ab2a5" in plan.skipped["ArguAna"]
+    )
     assert plan.versions["STS22.v2"] == "not reproduced: no local data"
     assert "TwentyNewsgroupsClustering.v2" in plan.versions
 
 
 def test_an_unknown_benchmark_names_ours_and_mtebs(tmp_path):
-    with pytest.raises(MtebError, match=r"unknown benchmark 'MTEB\(eng, v9\)': neither ours \(local-eng\) nor mteb's \(English ones: .*MTEB\(eng, v2\)"):
+    with pytest.raises(
+        MtebError,
+        match=r"unknown benchmark 'MTEB\(eng, v9\)': neither ours \(local-eng\) nor mteb's \(English ones: .*MTEB\(eng, v2\)",
+    ):
         run_mteb("minilm", MtebSettings(tasks=[], benchmark="MTEB(eng, v9)", out_dir=tmp_path, cache_dir=None))
 
 
 def test_an_mteb_name_with_only_a_local_variant_says_so(tmp_path, no_network):
-    with pytest.raises(TaskDataMissing, match=r"TwitterURLCorpus .*the local variant TwitterURLCorpus-lowercasedtrain stands for it"):
+    with pytest.raises(
+        TaskDataMissing, match=r"TwitterURLCorpus .*the local variant TwitterURLCorpus-lowercasedtrain stands for it"
+    ):
         run_mteb("minilm", MtebSettings(tasks=["TwitterURLCorpus"], out_dir=tmp_path, cache_dir=None))
 
 
@@ -338,7 +392,11 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     meta = model.model_meta
     assert meta.n_parameters == sum(p.numel() for p in FrozenEncoder.load(str(run_checkpoint)).model.parameters())
     config = json.loads((run_checkpoint / "checkpoints" / "step_0000020" / "config.json").read_text())
-    assert meta.embed_dim == config["hidden_size"] and meta.max_tokens == config["max_position_embeddings"] and meta.languages == ["eng-Latn"]
+    assert (
+        meta.embed_dim == config["hidden_size"]
+        and meta.max_tokens == config["max_position_embeddings"]
+        and meta.languages == ["eng-Latn"]
+    )
     assert meta.release_date == datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # written by the fixture
     assert meta.license == "not specified" and meta.public_training_data == "wikipedia_en_2015"
     assert meta.training_datasets is not None and len(meta.training_datasets) == 0  # known: none of MTEB's
@@ -349,7 +407,10 @@ def test_result_folder_with_complete_model_meta_loads_in_mteb_result_cache(run_c
     assert {r["task"]: r["protocol"]["dataset_revision"] for r in rows} == revisions  # our rows say the same
     run_mteb(str(run_checkpoint), MtebSettings(tasks=["STS17"], layers=LayerSpec.of(1), out_dir=out, cache_dir=None))
     both = mteb.ResultCache(out).load_results(models=["crossbert/tiny"], include_remote=False, load_experiments="match_name")
-    assert sorted((m.model_revision, m.experiment_name or "") for m in both.model_results) == [(fingerprint, ""), (fingerprint, "layer_1")]
+    assert sorted((m.model_revision, m.experiment_name or "") for m in both.model_results) == [
+        (fingerprint, ""),
+        (fingerprint, "layer_1"),
+    ]
 
 
 def test_a_model_declaring_prompts_gets_them_when_mteb_asks_with_a_prompt_type(tmp_path, toy_variant_tasks, no_network):
@@ -377,12 +438,18 @@ def test_a_model_declaring_prompts_gets_them_when_mteb_asks_with_a_prompt_type(t
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
     for prompt_type, prefix in ((PromptType.query, "query: "), (PromptType.document, "passage: ")):
-        got = wrapped.encode([{"text": ["aspirin prevents heart attacks"]}], task_metadata=task.metadata, hf_split="test",
-                             hf_subset="default", prompt_type=prompt_type)  # fmt: skip
+        got = wrapped.encode(
+            [{"text": ["aspirin prevents heart attacks"]}],
+            task_metadata=task.metadata,
+            hf_split="test",
+            hf_subset="default",
+            prompt_type=prompt_type,
+        )
         assert np.allclose(got, features([prefix + "aspirin prevents heart attacks"]), atol=1e-5)
         assert not np.allclose(got, features(["aspirin prevents heart attacks"]), atol=1e-3)
-    rows, _ = run_mteb(str(folder), MtebSettings(tasks=["ToySciFact"], out_dir=tmp_path / "out", cache_dir=None,
-                       data_root=toy_variant_tasks))  # fmt: skip
+    rows, _ = run_mteb(
+        str(folder), MtebSettings(tasks=["ToySciFact"], out_dir=tmp_path / "out", cache_dir=None, data_root=toy_variant_tasks)
+    )
     assert all(r["protocol"]["prompts"] == prompts for r in rows)  # mteb asked with both prompt types
 
 
@@ -411,33 +478,45 @@ def test_the_private_calculate_scores_override_still_takes_effect(nano_checkpoin
     tasks.mkdir()
     (tasks / "ToyBanking.yaml").write_text(TOY_CLASSIFICATION)
     (data / "toycls").mkdir(parents=True)
-    train = [("my card was declined", "card"), ("the card is blocked", "card"), ("new card please", "card"),
-             ("withdraw cash at the atm", "cash"), ("the atm kept my cash", "cash"), ("cash limit per day", "cash")]  # fmt: skip
+    train = [
+        ("my card was declined", "card"),
+        ("the card is blocked", "card"),
+        ("new card please", "card"),
+        ("withdraw cash at the atm", "cash"),
+        ("the atm kept my cash", "cash"),
+        ("cash limit per day", "cash"),
+    ]
     (data / "toycls" / "train.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in train))
     (data / "toycls" / "test.tsv").write_text("card stopped working\tcard\nno cash from the machine\tcash\n")
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tasks))
     seen = []
     real = mteb_tasks.column_array
     monkeypatch.setattr(mteb_tasks, "column_array", lambda values: seen.append(type(values).__name__) or real(values))
-    rows, _ = run_mteb(str(nano_checkpoint(0)), MtebSettings(tasks=["ToyBanking"], out_dir=tmp_path / "out", cache_dir=None,
-                       data_root=data))  # fmt: skip
+    rows, _ = run_mteb(
+        str(nano_checkpoint(0)), MtebSettings(tasks=["ToyBanking"], out_dir=tmp_path / "out", cache_dir=None, data_root=data)
+    )
     assert seen and set(seen) == {"Column"}  # mteb handed the override its lazy label column, every experiment
     assert any(r["metric"] == "accuracy" and r["is_main"] for r in rows)
 
 
-
 def test_a_tampered_cached_result_is_not_trusted_but_evaluated_again_and_every_row_says_where_it_came_from(tmp_path, no_network):
-    first, _ = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "a")))
+    first, _ = run_mteb(
+        "minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "a"))
+    )
     measured = next(r["value"] for r in first if r["is_main"])
     assert {r["result_source"] for r in first} == {"computed"}
-    again, _ = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "b")))
+    again, _ = run_mteb(
+        "minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "b"))
+    )
     assert {r["result_source"] for r in again} == {"mteb result cache (verified)"}  # untouched: read back, and said so
     (path,) = (tmp_path / "results").glob("*/*/STS13.json")
     tampered = json.loads(path.read_text())
     for subset in tampered["scores"]["test"]:
         subset["main_score"] = subset["cosine_spearman"] = 0.999
     path.write_text(json.dumps(tampered))
-    rows, run = run_mteb("minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "c")))
+    rows, run = run_mteb(
+        "minilm", MtebSettings(tasks=["STS13"], out_dir=tmp_path, cache_dir=None, results_dir=str(tmp_path / "c"))
+    )
     table = mteb_text_table(rows, run.plan, run.wall_s)
     main = next(r for r in rows if r["is_main"])
     assert main["value"] == pytest.approx(measured) and main["result_source"] == "computed"  # measured again, not 0.999

@@ -29,15 +29,25 @@ def asked(monkeypatch):
     from crossbert_eval import mteb_runner
 
     calls = []
-    monkeypatch.setattr(mteb_runner, "run_mteb", lambda model, settings, **kw: calls.append(settings) or ([], mteb_runner.MtebRun(None, 0.0)))
+    monkeypatch.setattr(
+        mteb_runner, "run_mteb", lambda model, settings, **kw: calls.append(settings) or ([], mteb_runner.MtebRun(None, 0.0))
+    )
     return calls
 
 
-@pytest.mark.parametrize("argv, parsed", [
-    ([], LayerSpec.LAST), (["--layers", "all"], LayerSpec.ALL), (["--layers", "last"], LayerSpec.LAST), (["--layers", "3"], LayerSpec.of(3)),
-    (["--layers", "0,3,6"], LayerSpec.of(0, 3, 6)), (["--layers", "-1"], LayerSpec.of(-1)), (["--layer", "2"], LayerSpec.of(2)),
-    (["--layer", "all"], LayerSpec.ALL),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, parsed",
+    [
+        ([], LayerSpec.LAST),
+        (["--layers", "all"], LayerSpec.ALL),
+        (["--layers", "last"], LayerSpec.LAST),
+        (["--layers", "3"], LayerSpec.of(3)),
+        (["--layers", "0,3,6"], LayerSpec.of(0, 3, 6)),
+        (["--layers", "-1"], LayerSpec.of(-1)),
+        (["--layer", "2"], LayerSpec.of(2)),
+        (["--layer", "all"], LayerSpec.ALL),
+    ],
+)
 def test_the_layer_spec_is_parsed_once_at_the_command_line(argv, parsed, asked, tmp_path, capsys):
     main(["mteb", "minilm", "--tasks", "STSBenchmark", "--out", str(tmp_path / "m"), *argv])
     assert [settings.layers for settings in asked] == [parsed]  # parsed: run_mteb gets the spec, not the user's string
@@ -51,13 +61,19 @@ def test_the_deprecated_layer_option_still_works_and_says_so(asked, tmp_path, ca
     assert "deprecated alias of --layers" in help_text and "all | last | N | N,M,..." in help_text
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--layers", "abc"], "--layers: expected all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer), got 'abc'"),
-    (["--layers", "1,x"], "--layers: expected all, last or layer numbers N[,M,...]"),
-    (["--layers", ""], "--layers: expected all, last or layer numbers N[,M,...]"),
-    (["--layer", "first"], "--layer: expected all, last or layer numbers N[,M,...]"),
-    (["--layer", "1", "--layers", "2"], "--layer 1 and --layers 2: give --layers only (--layer is its deprecated alias)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["--layers", "abc"],
+            "--layers: expected all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer), got 'abc'",
+        ),
+        (["--layers", "1,x"], "--layers: expected all, last or layer numbers N[,M,...]"),
+        (["--layers", ""], "--layers: expected all, last or layer numbers N[,M,...]"),
+        (["--layer", "first"], "--layer: expected all, last or layer numbers N[,M,...]"),
+        (["--layer", "1", "--layers", "2"], "--layer 1 and --layers 2: give --layers only (--layer is its deprecated alias)"),
+    ],
+)
 def test_a_bad_layer_spec_is_one_line_before_anything_runs(argv, says, asked, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
@@ -85,10 +101,16 @@ probes: []
 mteb: {type: STS, variant_of: STSBenchmark, data_differs: "eight toy pairs", eval_splits: [test]}
 """
 
-PAIRS = [("a man plays a guitar", "a man is playing the guitar", 4.8), ("a dog runs in the park", "the stock market fell", 0.2),
-         ("the cat sleeps on the sofa", "a cat is sleeping on a couch", 4.5), ("children play football", "kids are playing soccer", 4.0),
-         ("it is raining in paris", "paris has rain today", 3.9), ("she reads a book", "the train is late again", 0.5),
-         ("a woman slices onions", "a woman is cutting an onion", 4.6), ("the sun is hot", "a man plays a guitar", 0.1)]  # fmt: skip
+PAIRS = [
+    ("a man plays a guitar", "a man is playing the guitar", 4.8),
+    ("a dog runs in the park", "the stock market fell", 0.2),
+    ("the cat sleeps on the sofa", "a cat is sleeping on a couch", 4.5),
+    ("children play football", "kids are playing soccer", 4.0),
+    ("it is raining in paris", "paris has rain today", 3.9),
+    ("she reads a book", "the train is late again", 0.5),
+    ("a woman slices onions", "a woman is cutting an onion", 4.6),
+    ("the sun is hot", "a man plays a guitar", 0.1),
+]
 
 
 @pytest.fixture
@@ -123,18 +145,22 @@ def _main_scores(rows) -> dict[int, float]:
 @pytest.mark.parametrize("with_feature_cache", [False, True])
 def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_layer_alone(
     with_feature_cache, nano_checkpoint, toy_sts, tmp_path, no_network
-):  # fmt: skip
+):
     """The nano model (layers 0..2): `layers="all"` runs the model over the 16 texts exactly as often as one layer does
     (once per STS side), and each layer's score is what a run of that layer alone gives."""
     encoder = FrozenEncoder.load(str(nano_checkpoint(0)), own_length=True)
     batches = counted(encoder)
     cache = str(tmp_path / "features") if with_feature_cache else None
-    one, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.LAST, out_dir=tmp_path / "one", cache_dir=None,
-                      data_root=toy_sts))  # fmt: skip
+    one, _ = run_mteb(
+        encoder,
+        MtebSettings(tasks=["ToySTS"], layers=LayerSpec.LAST, out_dir=tmp_path / "one", cache_dir=None, data_root=toy_sts),
+    )
     one_layer = list(batches)
     batches.clear()
-    every, run = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path / "all", cache_dir=cache,
-                            data_root=toy_sts))  # fmt: skip
+    every, run = run_mteb(
+        encoder,
+        MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path / "all", cache_dir=cache, data_root=toy_sts),
+    )
     table = mteb_text_table(every, run.plan, run.wall_s)
     assert batches == one_layer and sum(batches) == 2 * len(PAIRS)  # the same forward passes for 3 layers as for 1
     scores = _main_scores(every)
@@ -144,23 +170,34 @@ def test_every_layer_is_scored_from_one_encoding_and_scores_as_a_run_of_that_lay
     assert {r["result_source"] for r in every} == {"computed"}
     for layer in (0, 1):  # each other layer, alone: the same score
         batches.clear()
-        alone, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.of(layer), out_dir=tmp_path / f"L{layer}", cache_dir=None,
-                            data_root=toy_sts))  # fmt: skip
+        alone, _ = run_mteb(
+            encoder,
+            MtebSettings(
+                tasks=["ToySTS"], layers=LayerSpec.of(layer), out_dir=tmp_path / f"L{layer}", cache_dir=None, data_root=toy_sts
+            ),
+        )
         assert _main_scores(alone)[layer] == pytest.approx(scores[layer], abs=1e-12)
     # one table, a line per layer; mteb's result folders: the model's own setting, then an experiment per other layer
     assert [line.split()[4] for line in table.splitlines() if " ToySTS " in line] == ["0", "1", "2"]
-    files = sorted(str(p.relative_to(tmp_path / "all" / "results")).split("/", 2)[2] for p in (tmp_path / "all" / "results").glob("**/ToySTS.json"))
+    files = sorted(
+        str(p.relative_to(tmp_path / "all" / "results")).split("/", 2)[2]
+        for p in (tmp_path / "all" / "results").glob("**/ToySTS.json")
+    )
     assert files == ["ToySTS.json", "experiments/layer_0/ToySTS.json", "experiments/layer_1/ToySTS.json"]
     if with_feature_cache:  # every layer went into the feature cache, from that one pass
         assert len(list((tmp_path / "features").rglob("*.npy"))) == 2 * 3
 
 
-def test_layers_already_scored_come_from_mtebs_result_cache_and_the_rest_from_one_encoding(nano_checkpoint, toy_sts, tmp_path, no_network):
+def test_layers_already_scored_come_from_mtebs_result_cache_and_the_rest_from_one_encoding(
+    nano_checkpoint, toy_sts, tmp_path, no_network
+):
     encoder = FrozenEncoder.load(str(nano_checkpoint(0)), own_length=True)
     batches = counted(encoder)
     run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.of(1), out_dir=tmp_path, cache_dir=None, data_root=toy_sts))
     batches.clear()
-    rows, _ = run_mteb(encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path, cache_dir=None, data_root=toy_sts))
+    rows, _ = run_mteb(
+        encoder, MtebSettings(tasks=["ToySTS"], layers=LayerSpec.ALL, out_dir=tmp_path, cache_dir=None, data_root=toy_sts)
+    )
     assert sum(batches) == 2 * len(PAIRS)  # layers 0 and 2, still one pass per text set
     assert {r["layer"]: r["result_source"] for r in rows} == {0: "computed", 1: "mteb result cache (verified)", 2: "computed"}
 
@@ -190,9 +227,22 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 def _row(layer: int, value: float, published_setting: bool | None, task="STSBenchmark") -> dict:
     protocol = {"data": "mteb"} if published_setting is None else {"data": "mteb", "published_setting": published_setting}
-    return {"model": MINILM, "task_type": "STS", "task": task, "split": "test", "metric": "cosine_spearman", "layer": layer,
-            "num_layers": 6, "pooling": "mean", "value": value, "is_main": True, "max_length": 256, "eval_time_s": 1.0,
-            "encode_s": 0.5, "protocol": protocol}  # fmt: skip
+    return {
+        "model": MINILM,
+        "task_type": "STS",
+        "task": task,
+        "split": "test",
+        "metric": "cosine_spearman",
+        "layer": layer,
+        "num_layers": 6,
+        "pooling": "mean",
+        "value": value,
+        "is_main": True,
+        "max_length": 256,
+        "eval_time_s": 1.0,
+        "encode_s": 0.5,
+        "protocol": protocol,
+    }
 
 
 def _cells(table: str, layer: int) -> list[str]:
@@ -206,15 +256,23 @@ def test_a_published_score_is_compared_with_the_published_layer_only():
     assert _cells(table, 6) == ["82.03", "82.03", "+0.00"]
     assert "-26.44" not in table  # layer 0 is never set against the last layer's published score
     (why,) = [line for line in table.splitlines() if line.startswith("publ./diff")]
-    assert why == (f"publ./diff '-': a published score is {MINILM} at its last layer (6) with its own pooling, so it is compared "
-                   "with that setting only")  # fmt: skip
+    assert why == (
+        f"publ./diff '-': a published score is {MINILM} at its last layer (6) with its own pooling, so it is compared "
+        "with that setting only"
+    )
     assert "published mean over the same 1 tasks (layer 6, the published setting):  82.03" in table
-    assert [line.split()[-3:] for line in table.splitlines() if line.startswith("over the 1 tasks")] == [["55.59", "60.00", "82.03"]]
+    assert [line.split()[-3:] for line in table.splitlines() if line.startswith("over the 1 tasks")] == [
+        ["55.59", "60.00", "82.03"]
+    ]
 
 
 def test_the_last_layer_at_another_pooling_or_alone_at_another_layer_is_not_compared():
     other_pooling = mteb_text_table([_row(6, 0.79, False)])
-    assert _cells(other_pooling, 6) == ["79.00", "-", "-"] and "published mean" not in other_pooling and "publ./diff '-'" in other_pooling
+    assert (
+        _cells(other_pooling, 6) == ["79.00", "-", "-"]
+        and "published mean" not in other_pooling
+        and "publ./diff '-'" in other_pooling
+    )
     own = mteb_text_table([_row(6, 0.82032, True)])  # one layer, the published setting: as the table always showed it
     assert _cells(own, 6) == ["82.03", "82.03", "+0.00"] and "publ./diff '-'" not in own
     assert "published mean over the same 1 tasks: " in own
@@ -233,7 +291,9 @@ def test_minilm_rows_say_which_layer_is_the_published_setting(tmp_path, no_netwo
     assert _main_scores(rows)[6] == pytest.approx(published_score("STS17", MINILM, "test"), abs=5e-6)
     line5 = [line for line in table.splitlines() if " STS17 " in line and line.split()[4] == "5"]
     assert line5 and line5[0].split()[6:8] == ["-", "-"]
-    cls, _ = run_mteb("minilm", MtebSettings(tasks=["STS17"], layers=LayerSpec.LAST, pooling="cls", out_dir=tmp_path, cache_dir=None))
+    cls, _ = run_mteb(
+        "minilm", MtebSettings(tasks=["STS17"], layers=LayerSpec.LAST, pooling="cls", out_dir=tmp_path, cache_dir=None)
+    )
     assert {r["protocol"]["published_setting"] for r in cls} == {False}
 
 
@@ -244,13 +304,22 @@ def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["mteb", "minilm", "--tasks", "STS99"], "mteb has no task named 'STS99'"),  # after mteb is imported (it makes its cache folder)
-    (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9"], "layers [9] out of range"),  # after the model is loaded
-    (["mteb", "minilm", "--benchmark", "MTEB(eng, v9)"], "unknown benchmark 'MTEB(eng, v9)'"),
-    (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "x"], "--layers: expected all"),
-    (["mteb", "./no_such_model", "--tasks", "STSBenchmark"], "model './no_such_model': no such folder"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["mteb", "minilm", "--tasks", "STS99"],
+            "mteb has no task named 'STS99'",
+        ),  # after mteb is imported (it makes its cache folder)
+        (
+            ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9"],
+            "layers [9] out of range",
+        ),  # after the model is loaded
+        (["mteb", "minilm", "--benchmark", "MTEB(eng, v9)"], "unknown benchmark 'MTEB(eng, v9)'"),
+        (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "x"], "--layers: expected all"),
+        (["mteb", "./no_such_model", "--tasks", "STSBenchmark"], "model './no_such_model': no such folder"),
+    ],
+)
 def test_a_refused_mteb_run_leaves_the_folder_as_it_was(argv, says, tmp_path):
     """A fresh process (mteb makes its cache folder when first imported) in a folder with something in it, with the
     default output folders (runs/mteb, runs/features, OUT/results): the tree afterwards is the tree before."""
@@ -259,8 +328,9 @@ def test_a_refused_mteb_run_leaves_the_folder_as_it_was(argv, says, tmp_path):
     before = _tree(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSBERT_DEBUG": "0"}
     env.pop("HF_DATASETS_CACHE", None)  # as a user has it: `crossbert mteb` points it into the run folder
-    done = subprocess.run([sys.executable, "-m", "crossbert_eval.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "crossbert_eval.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == USER_ERROR_EXIT and says in done.stderr, done.stderr
     assert [line for line in done.stderr.splitlines() if "error:" in line] == done.stderr.strip().splitlines()[-1:]
     assert _tree(tmp_path) == before

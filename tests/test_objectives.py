@@ -86,11 +86,25 @@ def test_a_model_class_refuses_the_config_of_another_objective():
 
 # A value for every field of the model section, none of them the default, all valid together.
 SECTION = dict(
-    objective="crossbert", mask_ratio=0.75, mlm_mask_prob=0.7, mlm_random_prob=0.2, complementary_masking=True,
-    predictor_layers=3, predictor_hidden_size=64, predictor_heads=2, hidden_size=128, num_hidden_layers=3,
-    num_attention_heads=4, intermediate_size=320, mlp_type="swiglu", norm_type="rmsnorm", embedding_init_std=0.5,
-    predictor_positions="encoder", absolute_positions=True, vocab_chunk_rows=512,
-)  # fmt: skip
+    objective="crossbert",
+    mask_ratio=0.75,
+    mlm_mask_prob=0.7,
+    mlm_random_prob=0.2,
+    complementary_masking=True,
+    predictor_layers=3,
+    predictor_hidden_size=64,
+    predictor_heads=2,
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=320,
+    mlp_type="swiglu",
+    norm_type="rmsnorm",
+    embedding_init_std=0.5,
+    predictor_positions="encoder",
+    absolute_positions=True,
+    vocab_chunk_rows=512,
+)
 
 
 def test_every_field_of_the_model_section_reaches_the_model_config():
@@ -127,8 +141,11 @@ def _python_files(*folders: str) -> list[Path]:
 def test_no_caller_builds_a_model_config_past_the_one_translation():
     """Only the translation itself (train_config.model_config) calls config_from_preset: the trainer, the sweep's
     planning, the benches and the CLI build theirs from a model section."""
-    callers = [str(p.relative_to(REPO)) for p in _python_files("crossbert_model", "crossbert_eval", "bench")
-               if "config_from_preset(" in p.read_text() and p.name not in ("objectives.py", "train_config.py")]  # fmt: skip
+    callers = [
+        str(p.relative_to(REPO))
+        for p in _python_files("crossbert_model", "crossbert_eval", "bench")
+        if "config_from_preset(" in p.read_text() and p.name not in ("objectives.py", "train_config.py")
+    ]
     assert callers == []
 
 
@@ -136,8 +153,12 @@ def test_no_module_compares_objective_names():
     """Every difference between objectives is the registry's: no `objective == "mlm"` anywhere else."""
     names = "|".join(map(re.escape, objective_names()))
     compare = re.compile(rf"""objective\W{{0,3}}\s*(==|!=|\bin\b)\s*[("'\[]*({names})\b""")
-    found = [f"{p.relative_to(REPO)}:{i}" for p in _python_files("crossbert_model", "bench")
-             for i, line in enumerate(p.read_text().splitlines(), 1) if compare.search(line)]  # fmt: skip
+    found = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in _python_files("crossbert_model", "bench")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if compare.search(line)
+    ]
     assert found == []
 
 
@@ -175,13 +196,16 @@ def test_the_package_imports_without_a_cycle():
         visit(module)
 
 
-@pytest.mark.parametrize("field, value, expected", [
-    ("mask_ratio", 1.5, r"a number in \(0, 1\)"),
-    ("mlm_mask_prob", -0.5, r"a number in \[0, 1\]"),
-    ("mlp_type", "relu", "one of gelu, swiglu"),
-    ("norm_type", "batchnorm", "one of layernorm, rmsnorm"),
-    ("embedding_init_std", 0.0, "a positive number or null"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("mask_ratio", 1.5, r"a number in \(0, 1\)"),
+        ("mlm_mask_prob", -0.5, r"a number in \[0, 1\]"),
+        ("mlp_type", "relu", "one of gelu, swiglu"),
+        ("norm_type", "batchnorm", "one of layernorm, rmsnorm"),
+        ("embedding_init_std", 0.0, "a positive number or null"),
+    ],
+)
 def test_a_value_is_checked_by_one_definition_in_the_section_and_in_the_config(field, value, expected):
     """The model section and CrossBertConfig refuse the same values in the same words, each naming the field its way."""
     with pytest.raises(ValueError, match=rf"^config field '{field}': expected {expected}, got "):

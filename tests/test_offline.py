@@ -39,13 +39,27 @@ def fake_hub():
 def _probe_a_hub_id(tmp_path: Path, endpoint: str, **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "CROSSBERT_ONLINE"))}
     environ.update(PYTHONPATH=str(REPO), HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"), **env)
-    argv = [sys.executable, "-m", "crossbert_eval.cli", "probe", "bert-base-uncased", "--tasks", "TREC",
-            "--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "crossbert_eval.cli",
+        "probe",
+        "bert-base-uncased",
+        "--tasks",
+        "TREC",
+        "--results",
+        str(tmp_path / "r"),
+        "--cache",
+        str(tmp_path / "f"),
+    ]
     return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("held", [{"HF_HUB_OFFLINE": "0"}, {"HF_HUB_OFFLINE": ""}, {"TRANSFORMERS_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}],
-                         ids=["HF_HUB_OFFLINE=0", "HF_HUB_OFFLINE empty", "TRANSFORMERS_OFFLINE=0"])  # fmt: skip
+@pytest.mark.parametrize(
+    "held",
+    [{"HF_HUB_OFFLINE": "0"}, {"HF_HUB_OFFLINE": ""}, {"TRANSFORMERS_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}],
+    ids=["HF_HUB_OFFLINE=0", "HF_HUB_OFFLINE empty", "TRANSFORMERS_OFFLINE=0"],
+)
 def test_hub_variables_left_in_the_environment_do_not_turn_the_network_on(tmp_path, fake_hub, held):
     endpoint, seen = fake_hub
     done = _probe_a_hub_id(tmp_path, endpoint, **held)

@@ -73,4 +73,3 @@ def test_concurrent_appenders_never_interleave_their_rows(tmp_path):
     for w in range(3):
         assert [r["i"] for r in rows if r["writer"] == w] == sorted(i for i in range(40) for _ in range(3))
     assert not any(p.name == "rows.jsonl.lock" for p in tmp_path.iterdir())  # the lock file is hidden: .rows.jsonl.lock
-

@@ -54,8 +54,19 @@ def test_explicit_dtypes_are_not_measured_and_unknown_ones_named(monkeypatch):
 
 
 def tiny(corpus_args, out_dir, **fields) -> TrainConfig:
-    return tiny_train_config(corpus_args, out_dir, "mlm", name="run", steps=2, batch_size=4, eval_every=0, eval_sequences=4,
-                             dtype="auto", warmup_steps=1, **fields)  # fmt: skip
+    return tiny_train_config(
+        corpus_args,
+        out_dir,
+        "mlm",
+        name="run",
+        steps=2,
+        batch_size=4,
+        eval_every=0,
+        eval_sequences=4,
+        dtype="auto",
+        warmup_steps=1,
+        **fields,
+    )
 
 
 def test_run_records_the_resolved_dtype_and_a_resume_with_auto_keeps_it(corpus_args, tmp_path, monkeypatch):

@@ -62,11 +62,7 @@ def test_senteval_pair_features():
 
 def test_cache_key_changes_with_layer_pooling_and_model(minilm, tmp_path):
     cache = FeatureCache(tmp_path)
-    keys = {
-        cache.path(cache.key(minilm, "digest", layer, pooling))
-        for layer in (5, 6)
-        for pooling in ("mean", "cls")
-    }
+    keys = {cache.path(cache.key(minilm, "digest", layer, pooling)) for layer in (5, 6) for pooling in ("mean", "cls")}
     assert len(keys) == 4
     other = cache.key(minilm, "digest", 6, "mean") | {"model_fingerprint": "another-checkpoint"}
     assert cache.path(other) not in keys
@@ -80,14 +76,32 @@ def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
     again = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6)))
     assert again.run([task])["value"].tolist() == rows["value"].tolist()
     assert again.cache.misses == 0 and again.cache.hits == 0  # skipped: not even read
-    forced = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6), force=True))
+    forced = ProbeRunner(
+        minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6), force=True)
+    )
     assert forced.run([task])["value"].tolist() == rows["value"].tolist()
     assert forced.cache.misses == 0 and forced.cache.hits > 0  # re-probed from cached features
     stored = [json.loads(line) for line in (tmp_path / "results/results.jsonl").read_text().splitlines()]
     assert len(stored) == 4  # the forced rerun replaced, not duplicated, its rows
     row = stored[0]
-    for field in ("model", "model_fingerprint", "checkpoint_step", "layer", "pooling", "probe", "task", "split",
-                  "metric", "value", "seed", "protocol", "packages", "git_revision", "ci_low", "ci_high"):  # fmt: skip
+    for field in (
+        "model",
+        "model_fingerprint",
+        "checkpoint_step",
+        "layer",
+        "pooling",
+        "probe",
+        "task",
+        "split",
+        "metric",
+        "value",
+        "seed",
+        "protocol",
+        "packages",
+        "git_revision",
+        "ci_low",
+        "ci_high",
+    ):
         assert field in row
     for r in stored:  # every score carries its bootstrap interval (probes.BOOTSTRAP_*), on the value's scale
         assert r["ci_low"] <= r["value"] <= r["ci_high"] and r["ci_high"] - r["ci_low"] < 0.5
@@ -201,10 +215,14 @@ def _scores(n=2000, noise=1.0, seed=0):
 
 
 CASES = {
-    "accuracy": _classification(), "f1_macro": _classification(), "matthews_corrcoef": _classification(),
+    "accuracy": _classification(),
+    "f1_macro": _classification(),
+    "matthews_corrcoef": _classification(),
     "f1": tuple((a > 0).astype(int) for a in _classification(classes=2)),
-    "pearson": _scores(), "spearman": _scores(), "cosine_spearman": _scores(),
-}  # fmt: skip
+    "pearson": _scores(),
+    "spearman": _scores(),
+    "cosine_spearman": _scores(),
+}
 
 
 @pytest.mark.parametrize("metric", list(CASES))
@@ -290,8 +308,12 @@ def test_centring_and_whitening_are_fitted_on_the_rows_given():
     assert P.fit_feature_transform("whitened", flat)(flat).shape == (500, 3)
     assert P.fit_feature_transform("raw", None)(other) is other
     assert P.fit_feature_transform("whitened", fit).protocol == {
-        "feature_transform": "whitened", "transform_fitted_on": "train split, unlabelled", "transform_fit_rows": 500,
-        "whiten_rtol": P.WHITEN_RTOL, "whitened_dims": 6}  # fmt: skip
+        "feature_transform": "whitened",
+        "transform_fitted_on": "train split, unlabelled",
+        "transform_fit_rows": 500,
+        "whiten_rtol": P.WHITEN_RTOL,
+        "whitened_dims": 6,
+    }
 
 
 TINY_STS = """
@@ -334,12 +356,23 @@ def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_
     fit = P.fit_feature_transform
     monkeypatch.setattr(P, "fit_feature_transform", lambda kind, x: fits.append((kind, x)) or fit(kind, x))
     task = get_task("TinySTS")
-    run = settings(tiny_sts, tasks=["TinySTS"], probes=["linear", "knn", "cosine"], layers=LayerSpec.LAST, poolings=["mean"],
-                   feature_transforms=["raw", "centred"])  # fmt: skip
+    run = settings(
+        tiny_sts,
+        tasks=["TinySTS"],
+        probes=["linear", "knn", "cosine"],
+        layers=LayerSpec.LAST,
+        poolings=["mean"],
+        feature_transforms=["raw", "centred"],
+    )
     runner = ProbeRunner(minilm, run)
     df = runner.run([task])
     assert {(p, t) for p, t in zip(df["probe"], df["feature_transform"])} == {
-        ("linear", "raw"), ("knn", "raw"), ("knn", "centred"), ("cosine", "raw"), ("cosine", "centred")}  # fmt: skip
+        ("linear", "raw"),
+        ("knn", "raw"),
+        ("knn", "centred"),
+        ("cosine", "raw"),
+        ("cosine", "centred"),
+    }
     train, dev = task.load_split("train"), task.load_split("validation")
     side = lambda texts: minilm.encode(texts, layers=[6], poolings=["mean"])[(6, "mean")]  # noqa: E731
     train_sides = np.concatenate([side(train.texts), side(train.texts_pair)])
@@ -362,7 +395,9 @@ def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_
 def test_a_transform_is_part_of_the_unit_key_and_raw_keys_are_unchanged(minilm, tiny_sts):
     from crossbert_eval.probe_runner import transform_key
 
-    runner = ProbeRunner(minilm, settings(tiny_sts, tasks=["TinySTS"], probes=["knn"], feature_transforms=["raw", "centred", "whitened"]))
+    runner = ProbeRunner(
+        minilm, settings(tiny_sts, tasks=["TinySTS"], probes=["knn"], feature_transforms=["raw", "centred", "whitened"])
+    )
     keys = {u.transform: u.key for u in runner.plan(get_task("TinySTS"))}
     assert len(set(keys.values())) == 3
     assert transform_key("raw") == {}  # units probed before transforms existed keep their keys: nothing is recomputed

@@ -17,8 +17,10 @@ PACKAGES = [Path(__file__).parent.parent / name for name in ("crossbert_model", 
 
 # Calls that parse a file's content. Each kind has one home; corpora and task data files have readers of their own
 # format (they take their bytes from the standard library but nothing else reads those formats).
-RAW_PARSES = re.compile(r"json\.loads?\(|yaml\.(?:safe_)?load\(|safe_open\(|load_file\(|torch\.load\(|np\.load\("
-                        r"|\.read_text\(|\.read_bytes\(|read_csv\(|read_parquet\(")
+RAW_PARSES = re.compile(
+    r"json\.loads?\(|yaml\.(?:safe_)?load\(|safe_open\(|load_file\(|torch\.load\(|np\.load\("
+    r"|\.read_text\(|\.read_bytes\(|read_csv\(|read_parquet\("
+)
 HOMES = {"crossbert_model/readers.py", "crossbert_model/data/corpus.py", "crossbert_eval/tasks/formats.py"}
 
 
@@ -50,12 +52,15 @@ def one_line_error(call, error=readers.ReadError) -> str:
     return message
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b'{"a": 1,\n "b": }\n', r"bad.json:2: not valid JSON \(Expecting value, column 7\); expected a test file"),
-    (b"[1, 2]", r"bad.json: a JSON array where a test file \(a JSON object\) was expected"),
-    (b'{"a": "\xff"}', r"bad.json:1: not utf-8 text \(byte 7\); expected a test file"),
-    (b"", r"bad.json:1: not valid JSON"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b'{"a": 1,\n "b": }\n', r"bad.json:2: not valid JSON \(Expecting value, column 7\); expected a test file"),
+        (b"[1, 2]", r"bad.json: a JSON array where a test file \(a JSON object\) was expected"),
+        (b'{"a": "\xff"}', r"bad.json:1: not utf-8 text \(byte 7\); expected a test file"),
+        (b"", r"bad.json:1: not valid JSON"),
+    ],
+)
 def test_json_damage_is_one_line_naming_the_file_and_line(tmp_path, content, expected):
     (tmp_path / "bad.json").write_bytes(content)
     assert re.search(expected, one_line_error(lambda: readers.read_json(tmp_path / "bad.json", "a test file")))
@@ -63,7 +68,8 @@ def test_json_damage_is_one_line_naming_the_file_and_line(tmp_path, content, exp
 
 def test_a_missing_file_or_a_folder_is_named_with_what_was_expected(tmp_path):
     assert one_line_error(lambda: readers.read_json(tmp_path / "none.json", "a run's state")).endswith(
-        "none.json: missing (expected a run's state)")
+        "none.json: missing (expected a run's state)"
+    )
     assert "a folder, expected a run's state" in one_line_error(lambda: readers.read_json(tmp_path, "a run's state"))
 
 
@@ -72,11 +78,14 @@ def test_the_caller_chooses_the_error_class(tmp_path):
     one_line_error(lambda: readers.read_json(tmp_path / "config.json", "a model config", CheckpointError), CheckpointError)
 
 
-@pytest.mark.parametrize("content, expected", [
-    ("a: 1\nb: [2\n", r"bad.yaml:3: not valid YAML"),
-    ("- 1\n- 2\n", r"bad.yaml: expected a mapping at top level \(a test config\), got list"),
-    ("a: !!python/object/apply:os.system ['touch pwned']\n", r"bad.yaml:1: not valid YAML"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("a: 1\nb: [2\n", r"bad.yaml:3: not valid YAML"),
+        ("- 1\n- 2\n", r"bad.yaml: expected a mapping at top level \(a test config\), got list"),
+        ("a: !!python/object/apply:os.system ['touch pwned']\n", r"bad.yaml:1: not valid YAML"),
+    ],
+)
 def test_yaml_damage_and_object_tags_are_one_line(tmp_path, content, expected):
     (tmp_path / "bad.yaml").write_text(content)
     assert re.search(expected, one_line_error(lambda: readers.read_yaml(tmp_path / "bad.yaml", "a test config")))
@@ -106,8 +115,12 @@ def test_truncated_safetensors_are_named_by_every_weights_reader(tmp_path):
     save_file({"w": torch.ones(4, 4)}, str(path))
     assert readers.safetensors_shapes(path) == {"w": (4, 4)}
     path.write_bytes(path.read_bytes()[:-8])
-    for reader in (readers.check_safetensors, readers.read_safetensors, readers.safetensors_shapes,
-                   lambda p, e: list(readers.safetensors_tensors(p, e))):  # fmt: skip
+    for reader in (
+        readers.check_safetensors,
+        readers.read_safetensors,
+        readers.safetensors_shapes,
+        lambda p, e: list(readers.safetensors_tensors(p, e)),
+    ):
         message = one_line_error(lambda: reader(path, CheckpointError), CheckpointError)
         assert message.startswith(f"{path}: not a readable safetensors file")
     path.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")  # a header length beyond the file
@@ -131,12 +144,15 @@ def test_a_torch_pickle_that_asks_to_run_code_is_refused_and_never_run(tmp_path,
     assert "truncated or corrupt" in one_line_error(lambda: readers.read_torch_pickle(tmp_path / "torn.pt", "a state"))
 
 
-@pytest.mark.parametrize("array, rows, expected", [
-    (np.array([{"a": 1}], dtype=object), None, "not a readable .npy array"),  # pickled objects: never loaded
-    (np.ones((3, 2), dtype=np.float32), 4, r"shape \(3, 2\); expected features with 4 rows"),
-    (np.array([[1.0, np.nan]]), 1, "holds NaN or Inf"),
-    (np.array(["a", "b"]), 2, "holds <U1 values"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "array, rows, expected",
+    [
+        (np.array([{"a": 1}], dtype=object), None, "not a readable .npy array"),  # pickled objects: never loaded
+        (np.ones((3, 2), dtype=np.float32), 4, r"shape \(3, 2\); expected features with 4 rows"),
+        (np.array([[1.0, np.nan]]), 1, "holds NaN or Inf"),
+        (np.array(["a", "b"]), 2, "holds <U1 values"),
+    ],
+)
 def test_arrays_must_be_finite_numbers_of_the_expected_rows(tmp_path, array, rows, expected):
     path = tmp_path / "x.npy"
     np.save(path, array, allow_pickle=True)

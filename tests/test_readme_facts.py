@@ -96,45 +96,136 @@ ZOO = "results/zoo_offline"
 N = NUMBER
 
 FACTS = [
-    Fact("docs/training.md", rf"main job's corpus and tokenizer: {N} / {N} nats", f"{CPU_SMALL}/checkpoints.jsonl", unigram_entropies),
+    Fact(
+        "docs/training.md",
+        rf"main job's corpus and tokenizer: {N} / {N} nats",
+        f"{CPU_SMALL}/checkpoints.jsonl",
+        unigram_entropies,
+    ),
     Fact(f"{CPU_SMALL}/README.md", rf"\({N} at r = 0\.15, {N} at r = 0\.5;", f"{CPU_SMALL}/checkpoints.jsonl", unigram_entropies),
-    *(Fact(f"{CPU_SMALL}/README.md", rf"\| {o} \| {s} \| {N}-{N} \| {N}-{N} \|", f"{CPU_SMALL}/tables/plateau.csv",  # its plateau table
-           lambda p, o=o, s=s: span(p, "own_ratio_shared_loss", objective=o, size=s) + span(p, "margin", objective=o, size=s))
-      for o in ("mlm", "crossbert") for s in ("nano", "tiny")),
-    Fact("docs/reference_runs.md", rf"\(flat MLM tiny seed 2, {N}\)", f"{CPU_SMALL}/tables/plateau.csv",
-         lambda p: [float(where(p, run="mlm-tiny-s2")[0]["margin"])]),
-    Fact(f"{CPU_SMALL}/README.md", rf"its {N} objective, {N} size and {N} layer comparisons", f"{CPU_SMALL}/tables/comparisons.csv",
-         lambda p: [len(where(p, comparison=c)) for c in ("crossbert - mlm", "larger size - smaller size", "last layer - layer 0")]),
-    Fact("docs/reference_runs.md", rf"creating the environment, {N} s the sweep: training {N}%, probes {N}%\)", f"{CPU_SMALL}/main_job_timing.json",
-         lambda p: [json.loads(p.read_text())["wall_seconds"], 100 * stage(p, "train")["share_of_wall"], 100 * stage(p, "probe")["share_of_wall"]]),
-    Fact(f"{CPU_SMALL}/README.md", rf"\| train \(12 runs[^|]*\| 12 \| {N} \| {N}% \|", f"{CPU_SMALL}/main_job_timing.json",
-         lambda p: [stage(p, "train")["seconds"], 100 * stage(p, "train")["share_of_wall"]]),
-    Fact("README.md", rf"the environment \({N} s on a fresh clone", f"{CPU_SMALL}/README.md", lambda p: quoted_in(p, r"(\d+) s creating `\.venv`")),
-    Fact("README.md", rf"on first use \({N} s on a fresh clone", f"{CPU_SMALL}/README.md", lambda p: quoted_in(p, r"(\d+) s creating `\.venv`")),
-    Fact("docs/reference_runs.md", rf"\({N} s creating the environment", f"{CPU_SMALL}/README.md", lambda p: quoted_in(p, r"(\d+) s creating `\.venv`")),
-    Fact("results/cpu_second_target/README.md", rf"flat MLM {N}-{N} nats below, CrossBERT {N}-{N}", "results/cpu_second_target/tables/plateau.csv",
-         lambda p: span(p, "margin", objective="mlm") + span(p, "margin", objective="crossbert-emb1")),
-    Fact("docs/mteb.md", rf"STSBenchmark {N} \(published [\d.]+\) and BIOSSES {N}", "results/mteb_eng_v2_minilm/results/results.jsonl.xz",
-         lambda p: [mteb_main_score(p, "STSBenchmark"), mteb_main_score(p, "BIOSSES")]),
-    Fact(f"{ZOO}/README.md", rf"MiniLM's STSBenchmark score is its published MTEB score \({N}\)", f"{ZOO}/tables/summary.csv",
-         lambda p: zoo_last_layer(p, "MiniLM-L6")[-1:]),
-    Fact(f"{ZOO}/README.md", rf"\| MiniLM-L6 \| [^|]+\| mean \| [\d,]+ \| {N} \| {N} \| {N} \| {N} \| {N} \|", f"{ZOO}/tables/summary.csv",
-         lambda p: zoo_last_layer(p, "MiniLM-L6")),
-    Fact(f"{ZOO}/README.md", rf"\| tiny-crossbert \| [^|]+\| mean \| [\d,]+ \| {N} \| {N} \| {N} \| {N} \| {N} \|", f"{ZOO}/tables/summary.csv",
-         lambda p: zoo_last_layer(p, "tiny-crossbert")),
-    Fact("docs/evaluation.md", rf"majority SST-2 {N}, MRPC F1 {N} .* BigramShift and CoordinationInversion {N}; TF-IDF \+ linear SST-2 {N}, "
-         rf"MRPC F1 {N}, BigramShift {N}, CoordinationInversion {N}; TF-IDF cosine on STS-B {N}", f"{CPU_SMALL}/tables/baselines.csv",
-         lambda p: [baseline(p, "SST-2", "majority", "majority"), baseline(p, "MRPC", "majority", "majority"),
-                    baseline(p, "BigramShift", "majority", "majority"), *(baseline(p, t, "tfidf", "linear") for t in
-                    ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")), baseline(p, "STS-B", "tfidf", "cosine")]),
-    Fact(f"{ZOO}/README.md", rf"same linear probe score SST-2 {N} and TREC {N}, and their cosine scores STSBenchmark {N}",
-         f"{ZOO}/tables/baselines.csv", lambda p: [baseline(p, "SST-2", "tfidf", "linear"), baseline(p, "TREC", "tfidf", "linear"),
-                                                   baseline(p, "STSBenchmark", "tfidf", "cosine")]),
-    Fact(f"{CPU_SMALL}/README.md", rf"majority class scores MRPC F1 {N} .* linear probe score SST-2 {N}, MRPC F1 {N}, BigramShift {N}, "
-         rf"CoordinationInversion {N}, and their cosine scores mteb's STSBenchmark {N}", f"{CPU_SMALL}/tables/baselines.csv",
-         lambda p: [baseline(p, "MRPC", "majority", "majority"), *(baseline(p, t, "tfidf", "linear") for t in
-                    ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")), baseline(p, "STSBenchmark", "tfidf", "cosine")]),
-]  # fmt: skip
+    *(
+        Fact(
+            f"{CPU_SMALL}/README.md",
+            rf"\| {o} \| {s} \| {N}-{N} \| {N}-{N} \|",
+            f"{CPU_SMALL}/tables/plateau.csv",  # its plateau table
+            lambda p, o=o, s=s: span(p, "own_ratio_shared_loss", objective=o, size=s) + span(p, "margin", objective=o, size=s),
+        )
+        for o in ("mlm", "crossbert")
+        for s in ("nano", "tiny")
+    ),
+    Fact(
+        "docs/reference_runs.md",
+        rf"\(flat MLM tiny seed 2, {N}\)",
+        f"{CPU_SMALL}/tables/plateau.csv",
+        lambda p: [float(where(p, run="mlm-tiny-s2")[0]["margin"])],
+    ),
+    Fact(
+        f"{CPU_SMALL}/README.md",
+        rf"its {N} objective, {N} size and {N} layer comparisons",
+        f"{CPU_SMALL}/tables/comparisons.csv",
+        lambda p: [
+            len(where(p, comparison=c)) for c in ("crossbert - mlm", "larger size - smaller size", "last layer - layer 0")
+        ],
+    ),
+    Fact(
+        "docs/reference_runs.md",
+        rf"creating the environment, {N} s the sweep: training {N}%, probes {N}%\)",
+        f"{CPU_SMALL}/main_job_timing.json",
+        lambda p: [
+            json.loads(p.read_text())["wall_seconds"],
+            100 * stage(p, "train")["share_of_wall"],
+            100 * stage(p, "probe")["share_of_wall"],
+        ],
+    ),
+    Fact(
+        f"{CPU_SMALL}/README.md",
+        rf"\| train \(12 runs[^|]*\| 12 \| {N} \| {N}% \|",
+        f"{CPU_SMALL}/main_job_timing.json",
+        lambda p: [stage(p, "train")["seconds"], 100 * stage(p, "train")["share_of_wall"]],
+    ),
+    Fact(
+        "README.md",
+        rf"the environment \({N} s on a fresh clone",
+        f"{CPU_SMALL}/README.md",
+        lambda p: quoted_in(p, r"(\d+) s creating `\.venv`"),
+    ),
+    Fact(
+        "README.md",
+        rf"on first use \({N} s on a fresh clone",
+        f"{CPU_SMALL}/README.md",
+        lambda p: quoted_in(p, r"(\d+) s creating `\.venv`"),
+    ),
+    Fact(
+        "docs/reference_runs.md",
+        rf"\({N} s creating the environment",
+        f"{CPU_SMALL}/README.md",
+        lambda p: quoted_in(p, r"(\d+) s creating `\.venv`"),
+    ),
+    Fact(
+        "results/cpu_second_target/README.md",
+        rf"flat MLM {N}-{N} nats below, CrossBERT {N}-{N}",
+        "results/cpu_second_target/tables/plateau.csv",
+        lambda p: span(p, "margin", objective="mlm") + span(p, "margin", objective="crossbert-emb1"),
+    ),
+    Fact(
+        "docs/mteb.md",
+        rf"STSBenchmark {N} \(published [\d.]+\) and BIOSSES {N}",
+        "results/mteb_eng_v2_minilm/results/results.jsonl.xz",
+        lambda p: [mteb_main_score(p, "STSBenchmark"), mteb_main_score(p, "BIOSSES")],
+    ),
+    Fact(
+        f"{ZOO}/README.md",
+        rf"MiniLM's STSBenchmark score is its published MTEB score \({N}\)",
+        f"{ZOO}/tables/summary.csv",
+        lambda p: zoo_last_layer(p, "MiniLM-L6")[-1:],
+    ),
+    Fact(
+        f"{ZOO}/README.md",
+        rf"\| MiniLM-L6 \| [^|]+\| mean \| [\d,]+ \| {N} \| {N} \| {N} \| {N} \| {N} \|",
+        f"{ZOO}/tables/summary.csv",
+        lambda p: zoo_last_layer(p, "MiniLM-L6"),
+    ),
+    Fact(
+        f"{ZOO}/README.md",
+        rf"\| tiny-crossbert \| [^|]+\| mean \| [\d,]+ \| {N} \| {N} \| {N} \| {N} \| {N} \|",
+        f"{ZOO}/tables/summary.csv",
+        lambda p: zoo_last_layer(p, "tiny-crossbert"),
+    ),
+    Fact(
+        "docs/evaluation.md",
+        rf"majority SST-2 {N}, MRPC F1 {N} .* BigramShift and CoordinationInversion {N}; TF-IDF \+ linear SST-2 {N}, "
+        rf"MRPC F1 {N}, BigramShift {N}, CoordinationInversion {N}; TF-IDF cosine on STS-B {N}",
+        f"{CPU_SMALL}/tables/baselines.csv",
+        lambda p: [
+            baseline(p, "SST-2", "majority", "majority"),
+            baseline(p, "MRPC", "majority", "majority"),
+            baseline(p, "BigramShift", "majority", "majority"),
+            *(baseline(p, t, "tfidf", "linear") for t in ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")),
+            baseline(p, "STS-B", "tfidf", "cosine"),
+        ],
+    ),
+    Fact(
+        f"{ZOO}/README.md",
+        rf"same linear probe score SST-2 {N} and TREC {N}, and their cosine scores STSBenchmark {N}",
+        f"{ZOO}/tables/baselines.csv",
+        lambda p: [
+            baseline(p, "SST-2", "tfidf", "linear"),
+            baseline(p, "TREC", "tfidf", "linear"),
+            baseline(p, "STSBenchmark", "tfidf", "cosine"),
+        ],
+    ),
+    Fact(
+        f"{CPU_SMALL}/README.md",
+        rf"majority class scores MRPC F1 {N} .* linear probe score SST-2 {N}, MRPC F1 {N}, BigramShift {N}, "
+        rf"CoordinationInversion {N}, and their cosine scores mteb's STSBenchmark {N}",
+        f"{CPU_SMALL}/tables/baselines.csv",
+        lambda p: [
+            baseline(p, "MRPC", "majority", "majority"),
+            *(baseline(p, t, "tfidf", "linear") for t in ("SST-2", "MRPC", "BigramShift", "CoordinationInversion")),
+            baseline(p, "STSBenchmark", "tfidf", "cosine"),
+        ],
+    ),
+]
 
 
 def agrees(quoted: str, value: float) -> bool:

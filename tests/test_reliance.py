@@ -10,8 +10,15 @@ import torch
 import crossbert_model as cm
 from crossbert_model.config import check_model_values
 from crossbert_model.masking import RowRandom, crossbert_views, pack_positions
-from crossbert_model.reliance import (ENCODER_RELIANCE_SHARE, adjacent_swaps, carries_context, encoder_ablation, encoder_reliance,
-                                      identity_share, order_blind_share)  # fmt: skip
+from crossbert_model.reliance import (
+    ENCODER_RELIANCE_SHARE,
+    adjacent_swaps,
+    carries_context,
+    encoder_ablation,
+    encoder_reliance,
+    identity_share,
+    order_blind_share,
+)
 
 
 def build(objective="crossbert", **config):
@@ -45,7 +52,9 @@ def test_absolute_positions_make_the_encoder_say_where_a_token_is():
     relative = build().encoder  # rotary only: shifting every position changes nothing
     shifted = torch.arange(24).expand(2, -1) + 7
     with torch.no_grad():
-        torch.testing.assert_close(relative(ids, position_ids=shifted).last_hidden_state, _states(relative, ids), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            relative(ids, position_ids=shifted).last_hidden_state, _states(relative, ids), atol=1e-5, rtol=1e-5
+        )
         absolute = build(absolute_positions=True).encoder
         assert not torch.allclose(absolute(ids, position_ids=shifted).last_hidden_state, _states(absolute, ids), atol=1e-3)
 
@@ -72,10 +81,12 @@ def _predict(model, ids, attention, context_positions_shift=0):
     enc_pos, enc_valid = pack_positions(visible)
     query_pos, query_valid = pack_positions(attention.bool() & ~visible)
     with torch.no_grad():
-        context = model.encoder(torch.gather(ids, 1, enc_pos), attention_mask=None if enc_valid is None else enc_valid.long(),
-                                position_ids=enc_pos).last_hidden_state
-        return model.predictor(context, enc_pos + context_positions_shift, enc_valid, query_pos, query_valid,
-                               model.encoder.embeddings.weight)  # fmt: skip
+        context = model.encoder(
+            torch.gather(ids, 1, enc_pos), attention_mask=None if enc_valid is None else enc_valid.long(), position_ids=enc_pos
+        ).last_hidden_state
+        return model.predictor(
+            context, enc_pos + context_positions_shift, enc_valid, query_pos, query_valid, model.encoder.embeddings.weight
+        )
 
 
 def test_on_the_encoder_route_the_predictors_keys_carry_no_position_of_their_own():
@@ -92,7 +103,9 @@ def test_on_the_encoder_route_the_predictors_keys_carry_no_position_of_their_own
 
 
 def test_the_encoder_route_without_absolute_positions_is_refused_in_one_line_naming_the_field():
-    with pytest.raises(ValueError, match=r"^config field 'model\.absolute_positions': expected true when model\.predictor_positions is 'encoder'"):
+    with pytest.raises(
+        ValueError, match=r"^config field 'model\.absolute_positions': expected true when model\.predictor_positions is 'encoder'"
+    ):
         check_model_values(0.5, 0.8, 0.1, "gelu", "layernorm", section="model.", predictor_positions="encoder")
     with pytest.raises(ValueError, match=r"config field 'predictor_positions': expected one of rotary, encoder, got 'queries'"):
         check_model_values(0.5, 0.8, 0.1, "gelu", "layernorm", predictor_positions="queries")
@@ -137,8 +150,13 @@ def test_every_reliance_metric_is_measured_for_both_objectives_on_real_sequences
     ids = corpus.val.get(list(range(16)))
     out = encoder_reliance(model, ids, unigram_entropy=9.0, batch_size=8)
     layers = model.config.num_hidden_layers
-    for key in ("reliance_loss", "reliance_loss_order_blind", "reliance_loss_bypassed", "reliance_share",
-                *(f"{m}_l{i}" for m in ("identity_share", "swap_pooled", "swap_neighbour") for i in range(layers + 1))):
+    for key in (
+        "reliance_loss",
+        "reliance_loss_order_blind",
+        "reliance_loss_bypassed",
+        "reliance_share",
+        *(f"{m}_l{i}" for m in ("identity_share", "swap_pooled", "swap_neighbour") for i in range(layers + 1)),
+    ):
         assert math.isfinite(out[key]), key
     assert out["swap_pooled_l0"] == pytest.approx(0.0, abs=1e-6)  # the embedding layer: a swap only reorders, the mean stays
     assert out["encoder_carries_context"] is carries_context(out["reliance_loss"], out["reliance_loss_order_blind"], 9.0)

@@ -28,10 +28,24 @@ def test_probe_runs_no_code_of_a_model_folder_with_stdin_answering_yes(tmp_path)
     marker = tmp_path / "code-ran"
     folder = folder_with_own_code(tmp_path, marker)
     done = subprocess.run(
-        [sys.executable, "-m", "crossbert_eval.cli", "probe", str(folder), "--tasks", "TREC", "--results", str(tmp_path / "r"),
-         "--cache", str(tmp_path / "f")],
-        input="y\n" * 20, capture_output=True, text=True, env={**os.environ, "CROSSBERT_DEBUG": "0"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "crossbert_eval.cli",
+            "probe",
+            str(folder),
+            "--tasks",
+            "TREC",
+            "--results",
+            str(tmp_path / "r"),
+            "--cache",
+            str(tmp_path / "f"),
+        ],
+        input="y\n" * 20,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CROSSBERT_DEBUG": "0"},
+    )
     assert done.returncode == USER_ERROR_EXIT, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"crossbert probe: error: {folder}: loading it needs the Python code the folder carries (auto_map in its config.json "

@@ -31,25 +31,53 @@ def _score(objective: str, size: str, seed: int, task: str, layer: int, step: in
 @pytest.fixture
 def sweep_root(tmp_path):
     checkpoints, results = [], []
-    tasks = [("SST-2", "glue", "linear"), ("STS-B", "glue", "linear"), ("STSBenchmark", "mteb:STS", "mteb"), ("Banking77Classification", "mteb:Classification", "mteb")]
+    tasks = [
+        ("SST-2", "glue", "linear"),
+        ("STS-B", "glue", "linear"),
+        ("STSBenchmark", "mteb:STS", "mteb"),
+        ("Banking77Classification", "mteb:Classification", "mteb"),
+    ]
     for objective in ("mlm", "crossbert"):
         for size, (layers, params) in SIZES.items():
             for seed in (0, 1):
                 for step in (50, 100):
                     fp = f"{objective}-{size}-{seed}-{step}"
-                    checkpoints.append({
-                        "run": f"{objective}-{size}-s{seed}", "objective": objective, "size": size, "seed": seed, "step": step,
-                        "total_steps": 100, "checkpoint": fp, "model_fingerprint": fp, "params_non_embedding": params,
-                        "params_encoder": params, "hidden_size": 32, "layers": layers, "corpus_tokens": step * 1000,
-                        "train_flops": step * 1000 * params * 6.0, "val_loss": 7.0 - 0.5 * layers - 0.1 * seed,
-                    })  # fmt: skip
+                    checkpoints.append(
+                        {
+                            "run": f"{objective}-{size}-s{seed}",
+                            "objective": objective,
+                            "size": size,
+                            "seed": seed,
+                            "step": step,
+                            "total_steps": 100,
+                            "checkpoint": fp,
+                            "model_fingerprint": fp,
+                            "params_non_embedding": params,
+                            "params_encoder": params,
+                            "hidden_size": 32,
+                            "layers": layers,
+                            "corpus_tokens": step * 1000,
+                            "train_flops": step * 1000 * params * 6.0,
+                            "val_loss": 7.0 - 0.5 * layers - 0.1 * seed,
+                        }
+                    )
                     for task, family, probe in tasks:
                         for layer in range(layers + 1):
-                            results.append({
-                                "model_fingerprint": fp, "task": task, "family": family, "split": "validation" if probe != "mteb" else "test",
-                                "probe": probe, "layer": layer, "relative_depth": layer / layers, "pooling": "mean",
-                                "metric": "main", "value": _score(objective, size, seed, task, layer, step), "is_main": True,
-                            })  # fmt: skip
+                            results.append(
+                                {
+                                    "model_fingerprint": fp,
+                                    "task": task,
+                                    "family": family,
+                                    "split": "validation" if probe != "mteb" else "test",
+                                    "probe": probe,
+                                    "layer": layer,
+                                    "relative_depth": layer / layers,
+                                    "pooling": "mean",
+                                    "metric": "main",
+                                    "value": _score(objective, size, seed, task, layer, step),
+                                    "is_main": True,
+                                }
+                            )
     _write_jsonl(tmp_path / "checkpoints.jsonl", checkpoints)
     _write_jsonl(tmp_path / "results" / "results.jsonl", results)
     return tmp_path
@@ -137,6 +165,7 @@ def test_clean_store_has_no_duplicate_warning(sweep_root):
 
 def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
     """Rows written before provenance used `packages`, and with the layer as a string, read as today's."""
+
     def old_style(rows):
         return [{**r, "layer": str(r["layer"]), "versions": {"torch": "2.0"}} for r in rows]
 
@@ -162,10 +191,14 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
     row = bands[(bands["objective"] == "mlm") & (bands["size"] == "tiny") & (bands["relative_depth"] == 1.0)].iloc[0]
     per_seed = [100 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]
     assert row["band"] == "min-max" and row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean(per_seed))
-    assert row["err_low"] == pytest.approx(np.mean(per_seed) - min(per_seed)) and row["err_high"] == pytest.approx(max(per_seed) - np.mean(per_seed))
+    assert row["err_low"] == pytest.approx(np.mean(per_seed) - min(per_seed)) and row["err_high"] == pytest.approx(
+        max(per_seed) - np.mean(per_seed)
+    )
     for name in ("collapse", "layerwise", "training"):
         assert f"*{name}: error bars: min–max over 2 seeds*" in md
-    assert "*loss_vs_probe: one point per run (8 runs; final checkpoint, last layer); no error bars" in md  # a run each: no spread
+    assert (
+        "*loss_vs_probe: one point per run (8 runs; final checkpoint, last layer); no error bars" in md
+    )  # a run each: no spread
     sizes = pd.read_csv(sweep_root / "tables" / "summary_by_size.csv")  # tables: mean, std and min / max over seeds, seeds
     assert {"SST-2:linear", "SST-2:linear_std", "SST-2:linear_min", "SST-2:linear_max", "seeds"} <= set(sizes.columns)
     bars = noise.size_bands(sizes[sizes["objective"] == "mlm"], "SST-2:linear")  # what the collapse plot draws
@@ -175,20 +208,30 @@ def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_r
 
 
 def test_three_seeds_give_std_bars_and_one_seed_the_bootstrap_interval():
-    rows = pd.DataFrame({"g": ["a"] * 3 + ["b"], "seed": [0, 1, 2, 0], "score": [1.0, 2.0, 3.0, 5.0],
-                         "score_ci_low": [np.nan] * 3 + [4.0], "score_ci_high": [np.nan] * 3 + [7.0]})  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "g": ["a"] * 3 + ["b"],
+            "seed": [0, 1, 2, 0],
+            "score": [1.0, 2.0, 3.0, 5.0],
+            "score_ci_low": [np.nan] * 3 + [4.0],
+            "score_ci_high": [np.nan] * 3 + [7.0],
+        }
+    )
     bands = noise.seed_bands(rows, ["g"]).set_index("g")
     assert bands.loc["a", "band"] == "std" and bands.loc["a", "err_low"] == pytest.approx(1.0) == bands.loc["a", "err_high"]
     assert bands.loc["b", "band"] == "bootstrap" and (bands.loc["b", "err_low"], bands.loc["b", "err_high"]) == (1.0, 2.0)
     assert noise.band_caption(bands["band"]) == "error bars: mean ± std over seeds; bootstrap 95% interval (1 seed)"
 
 
-@pytest.mark.parametrize(("bands", "caption"), [
-    (["bootstrap", "none"], "error bars: bootstrap 95% interval (1 seed); none on points of 1 seed without an interval"),
-    (["none"], "no error bars (1 seed, no interval)"),
-    (["std", "none"], "error bars: mean ± std over seeds; none on points of 1 seed without an interval"),
-    ([], "no error bars"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("bands", "caption"),
+    [
+        (["bootstrap", "none"], "error bars: bootstrap 95% interval (1 seed); none on points of 1 seed without an interval"),
+        (["none"], "no error bars (1 seed, no interval)"),
+        (["std", "none"], "error bars: mean ± std over seeds; none on points of 1 seed without an interval"),
+        ([], "no error bars"),
+    ],
+)
 def test_a_caption_says_one_thing_of_each_kind_of_point_and_never_contradicts_itself(bands, caption):
     assert noise.band_caption(bands) == caption
 
@@ -204,14 +247,41 @@ def _noise_store(root: Path, cells: dict, ci: dict | None = None, sweep: dict | 
         objective, task, layer, size = (*key, "nano")[:4]
         for seed, value in enumerate(values):
             fp = f"{objective}-{size}-{seed}"
-            checkpoints[fp] = {"run": f"{objective}-{size}-s{seed}", "objective": objective, "size": size, "seed": seed, "step": 10,
-                               "total_steps": 10, "checkpoint": fp, "model_fingerprint": fp,
-                               "params_non_embedding": {"nano": 1000, "tiny": 4000}[size], "params_encoder": 1000,
-                               "hidden_size": 8, "layers": 2, "corpus_tokens": 10, "train_flops": 1e6, "val_loss": 5.0}  # fmt: skip
+            checkpoints[fp] = {
+                "run": f"{objective}-{size}-s{seed}",
+                "objective": objective,
+                "size": size,
+                "seed": seed,
+                "step": 10,
+                "total_steps": 10,
+                "checkpoint": fp,
+                "model_fingerprint": fp,
+                "params_non_embedding": {"nano": 1000, "tiny": 4000}[size],
+                "params_encoder": 1000,
+                "hidden_size": 8,
+                "layers": 2,
+                "corpus_tokens": 10,
+                "train_flops": 1e6,
+                "val_loss": 5.0,
+            }
             low, high = (ci or {}).get(key, (None, None))
-            results.append({"model_fingerprint": fp, "task": task, "family": "glue", "split": "validation", "probe": "linear",
-                            "layer": layer, "relative_depth": layer / 2, "pooling": "mean", "metric": "accuracy", "value": value,
-                            "is_main": True, "ci_low": low, "ci_high": high})  # fmt: skip
+            results.append(
+                {
+                    "model_fingerprint": fp,
+                    "task": task,
+                    "family": "glue",
+                    "split": "validation",
+                    "probe": "linear",
+                    "layer": layer,
+                    "relative_depth": layer / 2,
+                    "pooling": "mean",
+                    "metric": "accuracy",
+                    "value": value,
+                    "is_main": True,
+                    "ci_low": low,
+                    "ci_high": high,
+                }
+            )
     _write_jsonl(root / "checkpoints.jsonl", list(checkpoints.values()))
     _write_jsonl(root / "results" / "results.jsonl", results)
     return root
@@ -223,11 +293,15 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
     from crossbert_eval import stats as S
 
     cells = {
-        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # 20 points apart, std 1: beyond
-        ("mlm", "STS-B", 2): [0.60, 0.62, 0.64], ("crossbert", "STS-B", 2): [0.61, 0.63, 0.65],  # 1 point, std 2: within
-        ("mlm", "SST-2", 0): [0.50, 0.60, 0.70], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
-        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
-    }  # fmt: skip
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62],
+        ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # 20 points apart, std 1: beyond
+        ("mlm", "STS-B", 2): [0.60, 0.62, 0.64],
+        ("crossbert", "STS-B", 2): [0.61, 0.63, 0.65],  # 1 point, std 2: within
+        ("mlm", "SST-2", 0): [0.50, 0.60, 0.70],
+        ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
+        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52],
+        ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
+    }
     md = build_sweep_report(_noise_store(tmp_path, cells), plots=TABLES_ONLY).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
     verdict = {(r["comparison"], r["objective"], r["task"]): r["verdict"] for _, r in table.iterrows()}
@@ -239,16 +313,26 @@ def test_differences_over_seeds_are_tested_by_welch_and_corrected_across_the_rep
     # each p-value is scipy's Welch test of the per-seed scores, and the adjusted ones Benjamini-Hochberg over all six
     row = table[(table["comparison"] == "crossbert - mlm") & (table["task"] == "SST-2")].iloc[0]
     welch = scipy_stats.ttest_ind([80.0, 81.0, 82.0], [60.0, 61.0, 62.0], equal_var=False)
-    assert row["diff"] == pytest.approx(20.0) and row["first_seeds"] == row["second_seeds"] == 3 and row["p_value"] == pytest.approx(welch.pvalue)
+    assert (
+        row["diff"] == pytest.approx(20.0)
+        and row["first_seeds"] == row["second_seeds"] == 3
+        and row["p_value"] == pytest.approx(welch.pvalue)
+    )
     assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx(tuple(welch.confidence_interval(0.95)))
     assert row["test"] == f"{S.WELCH} (3 vs 3)" and row["noise"] == S.SEED_NOISE
     assert table["p_adjusted"].to_numpy() == pytest.approx(scipy_stats.false_discovery_control(table["p_value"], method="bh"))
     assert ((table["verdict"] == "beyond noise") == (table["p_adjusted"] <= S.ALPHA)).all()
-    assert "**crossbert - mlm**: 1 of 2 differences are beyond noise (1 within it, 0 untested): nano SST-2:linear (+20.00, adjusted p" in md
+    assert (
+        "**crossbert - mlm**: 1 of 2 differences are beyond noise (1 within it, 0 untested): nano SST-2:linear (+20.00, adjusted p"
+        in md
+    )
     assert "**last layer - layer 0**: 3 of 4 differences are beyond noise" in md
     methods = md.split("**Method.**")[1].split("\n")[0]
     assert "Welch t-test over seeds" in methods and "Benjamini-Hochberg over the 6 tested comparisons" in methods
-    assert "false-discovery rate 0.05" in methods and "a true difference of 2 standard deviations: with 3 seeds per side it is called in" in methods
+    assert (
+        "false-discovery rate 0.05" in methods
+        and "a true difference of 2 standard deviations: with 3 seeds per side it is called in" in methods
+    )
 
 
 def test_with_one_seed_two_models_are_not_tested_against_each_other(tmp_path):
@@ -256,9 +340,18 @@ def test_with_one_seed_two_models_are_not_tested_against_each_other(tmp_path):
     The separate bootstrap intervals (evaluation noise) do not stand in for it."""
     from crossbert_eval.report.noise import UNTESTED
 
-    cells = {("mlm", "SST-2", 2): [0.60], ("crossbert", "SST-2", 2): [0.64], ("mlm", "STS-B", 2): [0.60], ("crossbert", "STS-B", 2): [0.70]}
-    ci = {("mlm", "SST-2", 2): (0.57, 0.63), ("crossbert", "SST-2", 2): (0.61, 0.67),
-          ("mlm", "STS-B", 2): (0.58, 0.62), ("crossbert", "STS-B", 2): (0.68, 0.72)}  # fmt: skip
+    cells = {
+        ("mlm", "SST-2", 2): [0.60],
+        ("crossbert", "SST-2", 2): [0.64],
+        ("mlm", "STS-B", 2): [0.60],
+        ("crossbert", "STS-B", 2): [0.70],
+    }
+    ci = {
+        ("mlm", "SST-2", 2): (0.57, 0.63),
+        ("crossbert", "SST-2", 2): (0.61, 0.67),
+        ("mlm", "STS-B", 2): (0.58, 0.62),
+        ("crossbert", "STS-B", 2): (0.68, 0.72),
+    }
     md = build_sweep_report(_noise_store(tmp_path, cells, ci), plots=TABLES_ONLY).read_text()
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     objectives = table[table["comparison"] == "crossbert - mlm"]
@@ -311,10 +404,18 @@ def test_the_reference_objective_comes_from_the_sweep_config(tmp_path):
     from crossbert_eval.report.loading import reference_objective
 
     assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}]}) == "mlm15"  # the first listed
-    assert reference_objective({"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}], "reference_objective": "crossbert_cms"}) == "crossbert_cms"
+    assert (
+        reference_objective(
+            {"objectives": [{"name": "mlm15"}, {"name": "crossbert_cms"}], "reference_objective": "crossbert_cms"}
+        )
+        == "crossbert_cms"
+    )
     assert reference_objective({}) is None
     cells = {(objective, "SST-2", 2): [0.6, 0.61, 0.62] for objective in ("mlm15", "crossbert_cms", "crossbert_nocms")}
-    sweep = {"objectives": [{"name": o} for o in ("mlm15", "crossbert_cms", "crossbert_nocms")], "reference_objective": "crossbert_cms"}
+    sweep = {
+        "objectives": [{"name": o} for o in ("mlm15", "crossbert_cms", "crossbert_nocms")],
+        "reference_objective": "crossbert_cms",
+    }
     build_sweep_report(_noise_store(tmp_path, cells, sweep=sweep), plots=TABLES_ONLY)
     table = pd.read_csv(tmp_path / "tables" / "comparisons.csv")
     assert set(table["comparison"]) == {"crossbert_nocms - crossbert_cms", "mlm15 - crossbert_cms"}
@@ -328,7 +429,9 @@ def test_probes_on_transformed_features_are_tables_of_their_own_beside_the_raw_o
     _write_jsonl(root / "results" / "results.jsonl", [{**r, "feature_transform": "raw"} for r in rows] + centred)
     md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     sizes = pd.read_csv(root / "tables" / "summary_by_size.csv").set_index("objective")
-    assert sizes.loc["mlm", "STS-B:linear"] == pytest.approx(61.0) and sizes.loc["mlm", "STS-B:linear (centred)"] == pytest.approx(71.0)
+    assert sizes.loc["mlm", "STS-B:linear"] == pytest.approx(61.0) and sizes.loc[
+        "mlm", "STS-B:linear (centred)"
+    ] == pytest.approx(71.0)
     columns = list(sizes.columns)
     assert columns.index("STS-B:linear (centred)") == columns.index("STS-B:linear") + 1  # side by side
     assert set(pd.read_csv(root / "tables" / "comparisons.csv")["probe"]) == {"linear", "linear (centred)"}
@@ -343,7 +446,15 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
         for r in rows:
             if r["task"] == "SST-2":
                 for i, m in enumerate(metrics):
-                    geo.append({**r, "probe": "geometry", "metric": m, "value": 1.0 + i + r["layer"] + 0.1 * r["value"], "is_main": i == 0})
+                    geo.append(
+                        {
+                            **r,
+                            "probe": "geometry",
+                            "metric": m,
+                            "value": 1.0 + i + r["layer"] + 0.1 * r["value"],
+                            "is_main": i == 0,
+                        }
+                    )
         return rows + geo
 
     _rewrite_results(sweep_root, add_geometry)
@@ -352,24 +463,47 @@ def test_geometry_rows_get_a_table_and_plots_but_stay_out_of_the_scores(sweep_ro
     geometry = pd.read_csv(sweep_root / "tables" / "geometry.csv")
     assert len(geometry) == len(metrics) * 2 * 2  # metrics x objectives x sizes
     row = geometry[(geometry["objective"] == "mlm") & (geometry["size"] == "tiny") & (geometry["metric"] == "anisotropy")].iloc[0]
-    assert row["seeds"] == 2 and row["mean"] == pytest.approx(np.mean([1.0 + metrics.index("anisotropy") + 4 + 0.1 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)]))
+    assert row["seeds"] == 2 and row["mean"] == pytest.approx(
+        np.mean([1.0 + metrics.index("anisotropy") + 4 + 0.1 * _score("mlm", "tiny", s, "SST-2", 4, 100) for s in (0, 1)])
+    )
     for name in ("geometry_depth", "geometry_size"):
         assert (sweep_root / "plots" / f"{name}.png").stat().st_size > 1000 and f"plots/{name}.png" in md
     assert "## Representation geometry" in md
     # RankMe and dataset entropy of raw and centred features side by side, seed means
     side_by_side = tables.centring_table(geometry).set_index(["task", "objective", "size"])
-    assert list(side_by_side.columns) == ["dataset_entropy", "dataset_entropy_centred", "effective_rank", "effective_rank_centred"]
+    assert list(side_by_side.columns) == [
+        "dataset_entropy",
+        "dataset_entropy_centred",
+        "effective_rank",
+        "effective_rank_centred",
+    ]
     means = geometry.set_index(["task", "objective", "size", "metric"])["mean"]
-    assert side_by_side.loc[("SST-2", "mlm", "tiny"), "effective_rank_centred"] == means[("SST-2", "mlm", "tiny", "effective_rank_centred")]
+    assert (
+        side_by_side.loc[("SST-2", "mlm", "tiny"), "effective_rank_centred"]
+        == means[("SST-2", "mlm", "tiny", "effective_rank_centred")]
+    )
     assert "Raw and mean-centred features side by side" in md
 
 
 def _loss_curve(objective: str, tokens_per_nat: float, seed: int = 0) -> list[dict]:
     """Checkpoints at 1M, 2M, 4M tokens whose shared loss falls one nat per doubling of tokens / tokens_per_nat:
     loss = 8 - log2(tokens / tokens_per_nat), so an objective with twice the tokens_per_nat needs twice the tokens."""
-    return [{"run": f"{objective}-tiny-s{seed}", "objective": objective, "size": "tiny", "seed": seed, "step": t, "total_steps": 4,
-             "corpus_tokens": t * 1_000_000, "train_flops": t * 1_000_000 * 6.0, "params_non_embedding": 1, "val_loss": 1.0,
-             "shared_loss_r50": 8 - np.log2(t * 1_000_000 / tokens_per_nat)} for t in (1, 2, 4)]  # fmt: skip
+    return [
+        {
+            "run": f"{objective}-tiny-s{seed}",
+            "objective": objective,
+            "size": "tiny",
+            "seed": seed,
+            "step": t,
+            "total_steps": 4,
+            "corpus_tokens": t * 1_000_000,
+            "train_flops": t * 1_000_000 * 6.0,
+            "params_non_embedding": 1,
+            "val_loss": 1.0,
+            "shared_loss_r50": 8 - np.log2(t * 1_000_000 / tokens_per_nat),
+        }
+        for t in (1, 2, 4)
+    ]
 
 
 def test_sample_efficiency_is_the_token_ratio_at_equal_shared_loss():
@@ -409,12 +543,17 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     from crossbert_eval import stats as S
 
     cells = {
-        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # beyond noise, were both off
-        ("mlm", "STS-B", 2): [0.60, 0.61, 0.62], ("crossbert", "STS-B", 2): [0.80, 0.81, 0.82],
-        ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52],
-        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52], ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
-    }  # fmt: skip
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62],
+        ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],  # beyond noise, were both off
+        ("mlm", "STS-B", 2): [0.60, 0.61, 0.62],
+        ("crossbert", "STS-B", 2): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 0): [0.50, 0.51, 0.52],
+        ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52],
+        ("mlm", "STS-B", 0): [0.50, 0.51, 0.52],
+        ("crossbert", "STS-B", 0): [0.50, 0.51, 0.52],
+    }
     root = _noise_store(tmp_path, cells)
+
     # every run 1.5 nats below the unigram entropy at its own ratio, but crossbert seed 1: 0.4 below, on the plateau;
     # flat MLM recorded its entropies as runs do now, CrossBERT's were filled in afterwards (`crossbert plateau`)
     def losses(row: dict) -> dict:
@@ -422,8 +561,19 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
         return {**row, **new, "shared_loss_r15": 5.5, "shared_loss_r50": 6.6 if row["run"] == "crossbert-nano-s1" else 5.5}
 
     _rewrite_checkpoints(root, losses)
-    _write_jsonl(SweepDir(root).unigram_entropies, [{"run": f"crossbert-nano-s{seed}", "mask_ratio": 0.5, "unigram_entropy_r50": 7.0,
-                                          "tokenizer": "tok", "smoothing": "add-one"} for seed in range(3)])  # fmt: skip
+    _write_jsonl(
+        SweepDir(root).unigram_entropies,
+        [
+            {
+                "run": f"crossbert-nano-s{seed}",
+                "mask_ratio": 0.5,
+                "unigram_entropy_r50": 7.0,
+                "tokenizer": "tok",
+                "smoothing": "add-one",
+            }
+            for seed in range(3)
+        ],
+    )
     md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
     off = {**{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
@@ -438,31 +588,55 @@ def test_a_comparison_that_involves_a_run_on_the_unigram_plateau_gives_no_verdic
     assert len(others) == 2 and (others["verdict"] == "beyond noise").all()  # runs off the plateau keep their verdicts
     assert involving["p_adjusted"].isna().all() and involving["p_value"].notna().all()  # tested, but left out of the family
     assert (others["p_adjusted"] == S.adjusted(others["p_value"].to_numpy())).all()  # the family: the comparable two
-    assert "**crossbert - mlm**: 0 of 2 differences are beyond noise (0 within it, 0 untested, " \
-           "2 not comparable: a run on the unigram plateau)." in md
+    assert (
+        "**crossbert - mlm**: 0 of 2 differences are beyond noise (0 within it, 0 untested, "
+        "2 not comparable: a run on the unigram plateau)." in md
+    )
     assert "## The unigram plateau" in md
     assert "| crossbert-nano-s1 | crossbert | nano | 1 | 0.500 | 6.600 | 7.000 | 0.400 | no |" in md
 
 
 def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_gives_no_verdict(tmp_path):
-    cells = {("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
-             ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52]}  # fmt: skip
+    cells = {
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62],
+        ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 0): [0.50, 0.51, 0.52],
+        ("crossbert", "SST-2", 0): [0.50, 0.51, 0.52],
+    }
     root = _noise_store(tmp_path, cells)
     # every run 2 nats below its unigram entropy, off the plateau; the order-blind encoder loses 1.0 nat of flat MLM's
     # margin and of CrossBERT seeds 0 and 2's, but only 0.2 nats (a tenth) of CrossBERT seed 1's
     _rewrite_checkpoints(root, lambda row: {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 5.0})
-    _write_jsonl(SweepDir(root).reliance, [
-        {"run": f"{o}-nano-s{s}", "step": 10, "reliance_loss": 5.0, "reliance_unigram_entropy": 7.0, "reliance_loss_bypassed": 6.9,
-         "reliance_loss_order_blind": 5.2 if (o, s) == ("crossbert", 1) else 6.0, "identity_share_l0": 1.0, "swap_pooled_l0": 0.0,
-         "swap_neighbour_l0": 0.0, "identity_share_l1": 0.5, "swap_pooled_l1": 0.3, "swap_neighbour_l1": 0.1}
-        for o in ("mlm", "crossbert") for s in range(3)])  # fmt: skip
+    _write_jsonl(
+        SweepDir(root).reliance,
+        [
+            {
+                "run": f"{o}-nano-s{s}",
+                "step": 10,
+                "reliance_loss": 5.0,
+                "reliance_unigram_entropy": 7.0,
+                "reliance_loss_bypassed": 6.9,
+                "reliance_loss_order_blind": 5.2 if (o, s) == ("crossbert", 1) else 6.0,
+                "identity_share_l0": 1.0,
+                "swap_pooled_l0": 0.0,
+                "swap_neighbour_l0": 0.0,
+                "identity_share_l1": 0.5,
+                "swap_pooled_l1": 0.3,
+                "swap_neighbour_l1": 0.1,
+            }
+            for o in ("mlm", "crossbert")
+            for s in range(3)
+        ],
+    )
     md = build_sweep_report(root, plots=TABLES_ONLY).read_text()
     reliance = pd.read_csv(root / "tables" / "encoder_reliance.csv").set_index("run")
     assert reliance.loc["crossbert-nano-s1", "order_blind_share"] == pytest.approx(0.1)
     assert reliance.loc["mlm-nano-s0", "order_blind_share"] == pytest.approx(0.5)
     assert reliance.loc["crossbert-nano-s0", "bypassed_share"] == pytest.approx(0.95)
     assert reliance["encoder_carries_context"].to_dict() == {
-        **{f"mlm-nano-s{s}": "yes" for s in range(3)}, **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)}}
+        **{f"mlm-nano-s{s}": "yes" for s in range(3)},
+        **{f"crossbert-nano-s{s}": "no" if s == 1 else "yes" for s in range(3)},
+    }
     plateau = pd.read_csv(root / "tables" / "plateau.csv").set_index("run")
     assert (plateau["off_plateau"] == "yes").all() and plateau.loc["crossbert-nano-s1", "encoder_carries_context"] == "no"
     layers = pd.read_csv(root / "tables" / "encoder_layers.csv")
@@ -475,8 +649,10 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     assert "1 not comparable: a run whose encoder does not carry context" in md
     # the verdict opens the page, before any figure, and is written as summary.json
     assert md.index("## Verdict") < md.index("## Plots")
-    assert "- **crossbert - mlm**: 1 compared, 0 tested: 0 beyond noise, 0 within noise, 1 withheld: a run whose encoder " \
-           "does not carry context." in md
+    assert (
+        "- **crossbert - mlm**: 1 compared, 0 tested: 0 beyond noise, 0 within noise, 1 withheld: a run whose encoder "
+        "does not carry context." in md
+    )
     assert "- Runs whose encoder does not carry context: crossbert-nano-s1 (their comparisons are withheld)." in md
     summary = json.loads((root / "summary.json").read_text())
     assert summary["runs_failing"] == {"encoder_carries_context": ["crossbert-nano-s1"]}
@@ -484,8 +660,12 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
 
 
 def test_a_comparison_row_reads_in_its_label_s_order_on_the_page_and_in_the_csv(tmp_path):
-    cells = {("mlm", "SST-2", 2): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
-             ("mlm", "SST-2", 0): [0.50, 0.51, 0.52], ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32]}  # fmt: skip
+    cells = {
+        ("mlm", "SST-2", 2): [0.60, 0.61, 0.62],
+        ("crossbert", "SST-2", 2): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 0): [0.50, 0.51, 0.52],
+        ("crossbert", "SST-2", 0): [0.30, 0.31, 0.32],
+    }
     md = build_sweep_report(_noise_store(tmp_path, cells), plots=TABLES_ONLY).read_text()
     table = noise.read_comparisons(tmp_path / "tables" / "comparisons.csv").fillna({"objective": ""})
     rows = {(r["comparison"], r["objective"]): r for _, r in table.iterrows()}
@@ -493,7 +673,12 @@ def test_a_comparison_row_reads_in_its_label_s_order_on_the_page_and_in_the_csv(
     assert (objectives["first"], objectives["second"]) == ("crossbert", "mlm")
     assert (objectives["first_mean"], objectives["second_mean"], objectives["diff"]) == pytest.approx((81.0, 61.0, 20.0))
     depth = rows[("last layer - layer 0", "crossbert")]
-    assert (depth["first"], depth["second"], depth["first_mean"], depth["second_mean"]) == ("last layer", "layer 0", pytest.approx(81.0), pytest.approx(31.0))
+    assert (depth["first"], depth["second"], depth["first_mean"], depth["second_mean"]) == (
+        "last layer",
+        "layer 0",
+        pytest.approx(81.0),
+        pytest.approx(31.0),
+    )
     header = next(line for line in md.splitlines() if line.startswith("| comparison |"))
     assert "| first | second | first: mean | second: mean | first - second |" in header and "a_mean" not in header
     assert "`first` is the last layer and `second` layer 0" in md  # the page says how a row reads
@@ -501,11 +686,13 @@ def test_a_comparison_row_reads_in_its_label_s_order_on_the_page_and_in_the_csv(
 
 def test_a_comparison_table_written_before_the_sides_were_named_reads_in_the_new_names(tmp_path):
     old = tmp_path / "comparisons.csv"  # two rows as the old code wrote them: `b` was the label's first side
-    old.write_text("comparison,objective,size,task,probe,a_mean,b_mean,diff,diff_ci_low,diff_ci_high,a_std,b_std,a_seeds,b_seeds,"
-                   "test,noise,p_value,p_adjusted,verdict\n"
-                   "crossbert - mlm,,nano,SST-2,linear,57.1,55.3,-1.8,-4.0,0.4,0.3,1.5,3,3,Welch,seed variance,0.1,0.2,within noise\n"
-                   "larger size - smaller size,mlm,nano -> tiny,SST-2,linear,55.8,60.0,4.2,1.0,7.4,1.0,2.2,3,3,Welch,seed variance,0.02,0.04,"
-                   "beyond noise\n")  # fmt: skip
+    old.write_text(
+        "comparison,objective,size,task,probe,a_mean,b_mean,diff,diff_ci_low,diff_ci_high,a_std,b_std,a_seeds,b_seeds,"
+        "test,noise,p_value,p_adjusted,verdict\n"
+        "crossbert - mlm,,nano,SST-2,linear,57.1,55.3,-1.8,-4.0,0.4,0.3,1.5,3,3,Welch,seed variance,0.1,0.2,within noise\n"
+        "larger size - smaller size,mlm,nano -> tiny,SST-2,linear,55.8,60.0,4.2,1.0,7.4,1.0,2.2,3,3,Welch,seed variance,0.02,0.04,"
+        "beyond noise\n"
+    )
     table = noise.read_comparisons(old)
     assert list(table.columns) == noise.COMPARISON_COLUMNS
     assert table[["first", "second"]].values.tolist() == [["crossbert", "mlm"], ["tiny", "nano"]]
@@ -517,11 +704,13 @@ def test_the_collapse_gap_between_best_and_last_layer_is_tested_from_one_size_to
     from scipy import stats as scipy_stats
 
     cells = {  # flat MLM: best layer 1 at both sizes; its last layer falls 2 points below it at nano, 10 at tiny
-        ("mlm", "SST-2", 0, "nano"): [0.50, 0.50, 0.50], ("mlm", "SST-2", 1, "nano"): [0.70, 0.71, 0.72],
+        ("mlm", "SST-2", 0, "nano"): [0.50, 0.50, 0.50],
+        ("mlm", "SST-2", 1, "nano"): [0.70, 0.71, 0.72],
         ("mlm", "SST-2", 2, "nano"): [0.68, 0.69, 0.69],
-        ("mlm", "SST-2", 0, "tiny"): [0.50, 0.50, 0.50], ("mlm", "SST-2", 1, "tiny"): [0.80, 0.81, 0.82],
+        ("mlm", "SST-2", 0, "tiny"): [0.50, 0.50, 0.50],
+        ("mlm", "SST-2", 1, "tiny"): [0.80, 0.81, 0.82],
         ("mlm", "SST-2", 2, "tiny"): [0.70, 0.71, 0.73],
-    }  # fmt: skip
+    }
     root = _noise_store(tmp_path, cells)
     _rewrite_checkpoints(root, lambda row: {**row, "mask_ratio": 0.15, "unigram_entropy_r15": 7.0, "shared_loss_r15": 5.0})
     build_sweep_report(root, plots=TABLES_ONLY)
@@ -559,10 +748,13 @@ def test_each_objective_at_the_next_size_up_is_tested_against_the_size_below_unl
     from scipy import stats as scipy_stats
 
     cells = {
-        ("mlm", "SST-2", 2, "nano"): [0.60, 0.61, 0.62], ("mlm", "SST-2", 2, "tiny"): [0.70, 0.71, 0.72],  # 10 points up
-        ("mlm", "STS-B", 2, "nano"): [0.60, 0.62, 0.64], ("mlm", "STS-B", 2, "tiny"): [0.61, 0.63, 0.65],  # within noise
-        ("crossbert", "SST-2", 2, "nano"): [0.60, 0.61, 0.62], ("crossbert", "SST-2", 2, "tiny"): [0.40, 0.41, 0.42],
-    }  # fmt: skip
+        ("mlm", "SST-2", 2, "nano"): [0.60, 0.61, 0.62],
+        ("mlm", "SST-2", 2, "tiny"): [0.70, 0.71, 0.72],  # 10 points up
+        ("mlm", "STS-B", 2, "nano"): [0.60, 0.62, 0.64],
+        ("mlm", "STS-B", 2, "tiny"): [0.61, 0.63, 0.65],  # within noise
+        ("crossbert", "SST-2", 2, "nano"): [0.60, 0.61, 0.62],
+        ("crossbert", "SST-2", 2, "tiny"): [0.40, 0.41, 0.42],
+    }
     root = _noise_store(tmp_path, cells)
 
     def losses(row: dict) -> dict:  # every run 1.5 nats below the entropy, but crossbert-tiny-s1: 0.4, on the plateau
@@ -581,14 +773,21 @@ def test_each_objective_at_the_next_size_up_is_tested_against_the_size_below_unl
     # 20 points down, but one seed of the larger CrossBERT has not left the plateau: no verdict, the difference shown
     assert sizes.loc[("crossbert", "SST-2"), "verdict"] == "not comparable: crossbert-tiny-s1 on the unigram plateau"
     assert sizes.loc[("crossbert", "SST-2"), "diff"] == pytest.approx(-20.0)
-    assert "**larger size - smaller size**: 1 of 3 differences are beyond noise" in md and "mlm nano -> tiny SST-2:linear (+10.00" in md
+    assert (
+        "**larger size - smaller size**: 1 of 3 differences are beyond noise" in md
+        and "mlm nano -> tiny SST-2:linear (+10.00" in md
+    )
 
 
 def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monkeypatch):
     figures = {}
     monkeypatch.setattr(plots, "save_figure", lambda fig, out, name, caption="": figures.setdefault(name, fig) and [])
-    curves = pd.DataFrame([{**row, "unigram_entropy_val": 7.5, "unigram_entropy_r50": 7.25}
-                           for row in _loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0)])  # fmt: skip
+    curves = pd.DataFrame(
+        [
+            {**row, "unigram_entropy_val": 7.5, "unigram_entropy_r50": 7.25}
+            for row in _loss_curve("crossbert", 1.0) + _loss_curve("mlm", 2.0)
+        ]
+    )
     plots.plot_losses(curves, tmp_path)
     for ax in figures["losses"].axes:
         level = 7.25 if "r = 0.5" in ax.get_title() else 7.5
@@ -596,8 +795,10 @@ def test_the_loss_plots_draw_the_unigram_entropy_of_their_targets(tmp_path, monk
         assert lines["unigram entropy (plateau)"] == level, ax.get_title()
     # runs whose targets differ (here: another tokenizer for flat MLM) get a line each, in their colour
     curves.loc[curves["objective"] == "mlm", "unigram_entropy_r50"] = 6.0
-    assert plots.plateau_levels(curves, "shared_loss_r50") == [(7.25, "unigram entropy (plateau), crossbert", plots.color_for("crossbert")),
-                                                           (6.0, "unigram entropy (plateau), mlm", plots.color_for("mlm"))]  # fmt: skip
+    assert plots.plateau_levels(curves, "shared_loss_r50") == [
+        (7.25, "unigram entropy (plateau), crossbert", plots.color_for("crossbert")),
+        (6.0, "unigram entropy (plateau), mlm", plots.color_for("mlm")),
+    ]
 
 
 # -- the report as a library: colours passed in, captions returned, no state kept between builds ------------------
@@ -651,7 +852,9 @@ def _figures(monkeypatch) -> dict:
 
 
 def test_the_page_is_rendered_by_a_markdown_library_and_every_table_scrolls_in_its_own_box():
-    page = markdown.render_html("Some **bold** and `code`.\n\n| a | b |\n|---|---|\n| 1 | x \\| y |\n\n<script>alert(1)</script>\n")
+    page = markdown.render_html(
+        "Some **bold** and `code`.\n\n| a | b |\n|---|---|\n| 1 | x \\| y |\n\n<script>alert(1)</script>\n"
+    )
     assert "<strong>bold</strong>" in page and "<code>code</code>" in page  # not `**bold**` shown literally
     assert '<div class="table-wrap"><table>' in page and "</table></div>" in page
     assert ".table-wrap{overflow-x:auto" in page  # a wide table scrolls inside its wrapper, not the page
@@ -712,9 +915,24 @@ def test_geometry_size_names_each_panel_s_metric_on_its_y_axis_in_the_vocabulary
     from crossbert_eval.geometry import METRICS
 
     figures = _figures(monkeypatch)
-    geo = pd.DataFrame([{"objective": o, "size": s, "seed": 0, "params_non_embedding": p, "task": "SST-2", "metric": m, "score": 1.0 + i,
-                         "is_final": True, "is_last_layer": True}
-                        for o in ("mlm", "crossbert") for s, p in (("nano", 1e5), ("tiny", 4e5)) for i, m in enumerate(METRICS)])  # fmt: skip
+    geo = pd.DataFrame(
+        [
+            {
+                "objective": o,
+                "size": s,
+                "seed": 0,
+                "params_non_embedding": p,
+                "task": "SST-2",
+                "metric": m,
+                "score": 1.0 + i,
+                "is_final": True,
+                "is_last_layer": True,
+            }
+            for o in ("mlm", "crossbert")
+            for s, p in (("nano", 1e5), ("tiny", 4e5))
+            for i, m in enumerate(METRICS)
+        ]
+    )
     plots.plot_geometry_size(geo, Path("unused"))
     named = {ax.get_title(): ax.get_ylabel() for ax in figures["geometry_size"].axes if ax.get_title()}
     assert named == {f"SST-2: {vocabulary.label(m)}": vocabulary.axis_label(m) for m in METRICS}
@@ -773,15 +991,34 @@ def _probe_store(folder: Path) -> list[dict]:
     for model, base in (("runs/tiny-mlm/step_000400", 0.6), ("sentence-transformers/all-MiniLM-L6-v2", 0.8)):
         for layer in range(3):
             value = base + 0.02 * layer
-            rows.append({"model": model, "model_fingerprint": model[-6:], "task": "SST-2", "family": "glue", "split": "validation",
-                         "probe": "linear", "feature_transform": "raw", "layer": layer, "relative_depth": layer / 2, "pooling": "mean",
-                         "seed": 0, "metric": "accuracy", "value": value, "is_main": True, "ci_low": value - 0.03, "ci_high": value + 0.01,
-                         "unit": f"{model}-{layer}"})  # fmt: skip
+            rows.append(
+                {
+                    "model": model,
+                    "model_fingerprint": model[-6:],
+                    "task": "SST-2",
+                    "family": "glue",
+                    "split": "validation",
+                    "probe": "linear",
+                    "feature_transform": "raw",
+                    "layer": layer,
+                    "relative_depth": layer / 2,
+                    "pooling": "mean",
+                    "seed": 0,
+                    "metric": "accuracy",
+                    "value": value,
+                    "is_main": True,
+                    "ci_low": value - 0.03,
+                    "ci_high": value + 0.01,
+                    "unit": f"{model}-{layer}",
+                }
+            )
     _write_jsonl(folder / "results.jsonl", rows)
     return rows
 
 
-def test_crossbert_report_of_a_probe_results_folder_draws_each_model_s_layer_curve_with_its_interval(tmp_path, monkeypatch, capsys):
+def test_crossbert_report_of_a_probe_results_folder_draws_each_model_s_layer_curve_with_its_interval(
+    tmp_path, monkeypatch, capsys
+):
     from crossbert_eval.cli import main
 
     _probe_store(tmp_path)

@@ -43,8 +43,21 @@ def screenshot(page: Path, out: Path) -> np.ndarray:
 
     assert CHROMIUM, "CROSSBERT_REQUIRE_BROWSER is set but no chromium (or chromium-headless-shell) is on PATH"
     width, height = FIRST_SCREEN
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--hide-scrollbars", "--disable-gpu", f"--window-size={width},{height}",
-                    f"--screenshot={out}", page.as_uri()], check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--hide-scrollbars",
+            "--disable-gpu",
+            f"--window-size={width},{height}",
+            f"--screenshot={out}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return np.asarray(Image.open(out).convert("RGB"), dtype=float) / 255
 
 

@@ -206,11 +206,18 @@ def test_a_probe_is_fitted_on_the_training_split_and_scored_on_the_evaluation_sp
         return fit(x_train, y_train, x_eval, **kwargs)
 
     monkeypatch.setattr(P, f"{probe}_probe", recorded)
-    settings = ProbeSettings(tasks=["TinyTREC"], probes=[probe], layers=LayerSpec.LAST, results_dir=str(tiny_trec / "results"),
-                             cache_dir=str(tiny_trec / "features"))  # fmt: skip
+    settings = ProbeSettings(
+        tasks=["TinyTREC"],
+        probes=[probe],
+        layers=LayerSpec.LAST,
+        results_dir=str(tiny_trec / "results"),
+        cache_dir=str(tiny_trec / "features"),
+    )
     task = get_task("TinyTREC")
     rows = ProbeRunner(FrozenEncoder.load("minilm", dtype="fp32"), settings).run([task])
-    assert fits == [(120, list(task.load_split("train").labels), 40)]  # fitted on the 120 training questions, scored on the 40 test ones
+    assert fits == [
+        (120, list(task.load_split("train").labels), 40)
+    ]  # fitted on the 120 training questions, scored on the 40 test ones
     assert set(rows["split"]) == {"test"}
 
 
@@ -221,8 +228,14 @@ def test_two_concurrent_probe_runs_write_each_unit_once(tiny_trec):
 
     root = tiny_trec
     cache, results, go = root / "features", root / "shared_results", root / "go"
-    warm = ProbeSettings(tasks=["TinyTREC"], probes=["knn"], layers=LayerSpec.ALL, poolings=["mean", "cls", "max"],
-                         results_dir=str(root / "warmup_results"), cache_dir=str(cache))  # fmt: skip
+    warm = ProbeSettings(
+        tasks=["TinyTREC"],
+        probes=["knn"],
+        layers=LayerSpec.ALL,
+        poolings=["mean", "cls", "max"],
+        results_dir=str(root / "warmup_results"),
+        cache_dir=str(cache),
+    )
     runner = ProbeRunner(FrozenEncoder.load("minilm", dtype="fp32"), warm)
     expected = len(runner.run(resolve_tasks("TinyTREC"))["unit"].unique())  # also fills the feature cache
     assert expected == 7 * 3  # layers 0..6 x 3 poolings, one knn unit each
@@ -230,8 +243,14 @@ def test_two_concurrent_probe_runs_write_each_unit_once(tiny_trec):
     env = {**os.environ, "CROSSBERT_DATA_ROOT": str(root / "data"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cwd = Path(__file__).resolve().parent.parent
     procs = [
-        subprocess.Popen([sys.executable, "-c", CHILD, str(results), str(cache), str(go), str(i)], env=env, cwd=cwd,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(results), str(cache), str(go), str(i)],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     deadline = time.time() + 120
@@ -264,7 +283,10 @@ def test_two_concurrent_probe_runs_write_each_unit_once(tiny_trec):
         ({"probes": ["svm"]}, r"^probe setting 'probes': expected one or more of linear, knn, cosine, got \['svm'\]"),
         ({"pair_mode": "concat"}, r"^probe setting 'pair_mode': expected one of joint, senteval, got 'concat'$"),
         ({"max_train": 0}, r"^probe setting 'max_train': expected a positive integer or null, got 0$"),
-        ({"layers": "5,6"}, r"^probe setting 'layers': expected a LayerSpec \(LayerSpec.parse\('all\|last\|N,M,...'\)\), got '5,6'$"),
+        (
+            {"layers": "5,6"},
+            r"^probe setting 'layers': expected a LayerSpec \(LayerSpec.parse\('all\|last\|N,M,...'\)\), got '5,6'$",
+        ),
     ],
 )
 def test_probe_settings_are_checked_with_the_field_named(option, message):

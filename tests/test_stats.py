@@ -118,16 +118,20 @@ def test_when_nothing_differs_a_report_makes_a_false_call_at_most_alpha_of_the_t
     assert p.shape == (REPORTS, 66) and np.isfinite(p).all()
     any_call = S.beyond_noise(S.adjusted(p)).any(axis=1).mean()  # under the complete null, FDR = family-wise rate
     per_test = S.beyond_noise(p).mean()
-    print(f"\ncalibration ({REPORTS} null reports of 66 comparisons, 3 seeds, shared run variance {shared:.0%}): "
-          f"{S.CORRECTION} at {S.ALPHA}: a false call in {any_call:.1%} of reports; uncorrected Welch per test {per_test:.1%}")  # fmt: skip
+    print(
+        f"\ncalibration ({REPORTS} null reports of 66 comparisons, 3 seeds, shared run variance {shared:.0%}): "
+        f"{S.CORRECTION} at {S.ALPHA}: a false call in {any_call:.1%} of reports; uncorrected Welch per test {per_test:.1%}"
+    )
     assert any_call <= S.ALPHA + MC_ERROR
     assert per_test <= S.ALPHA + MC_ERROR  # Welch at 3 seeds is itself at (slightly under) its nominal rate
 
 
 def test_the_overlap_rule_it_replaces_calls_false_differences_in_almost_every_report():
     calls = overlap_calls(REPORTS, np.random.default_rng(7))
-    print(f"\nmean +- std overlap rule, 3 seeds: {calls.mean():.1%} false calls per comparison, "
-          f"{calls.any(axis=1).mean():.1%} of null reports with at least one")  # fmt: skip
+    print(
+        f"\nmean +- std overlap rule, 3 seeds: {calls.mean():.1%} false calls per comparison, "
+        f"{calls.any(axis=1).mean():.1%} of null reports with at least one"
+    )
     assert 0.06 < calls.mean() < 0.11 and calls.any(axis=1).mean() > 0.95  # the issue's ~8% per comparison
 
 
@@ -145,8 +149,10 @@ def test_power_for_two_standard_deviations_with_three_seeds():
     power = S.power(effect_sd=2.0, seeds=3, family=66)
     holm = S.beyond_noise(S.holm(S.simulated_welch_p(np.r_[2.0, np.zeros(65)], 3, S.POWER_SIMULATIONS, np.random.default_rng(0))))
     holm = holm[:, 0].mean()
-    print(f"\npower, a true 2-sd difference with 3 seeds per side: {power.alone:.1%} alone at {S.ALPHA}, "
-          f"{power.in_family:.1%} as the one real difference among 66 after {S.CORRECTION} (Holm: {holm:.1%})")  # fmt: skip
+    print(
+        f"\npower, a true 2-sd difference with 3 seeds per side: {power.alone:.1%} alone at {S.ALPHA}, "
+        f"{power.in_family:.1%} as the one real difference among 66 after {S.CORRECTION} (Holm: {holm:.1%})"
+    )
     assert 0.30 < power.alone < 0.45  # noncentrality 2 / sqrt(2/3) = 2.45 at about 4 degrees of freedom
     assert power.in_family < 0.05 and power == S.power(effect_sd=2.0, seeds=3, family=66)  # seeded: the report prints one number
     assert S.power(effect_sd=2.0, seeds=10).alone > 0.95  # more seeds are what buys power

@@ -28,14 +28,31 @@ def tiny_sweep(tmp_path: Path, corpus_args, name: str, **fields) -> Path:
     """A sweep of two nano runs (mlm, crossbert) on the test corpus; `fields` replace SweepConfig fields (`train`
     is merged into the sweep's own train section)."""
     cfg = SweepConfig(
-        name=name, out_dir=str(tmp_path), sizes=["nano"], budget_tokens=16 * 8 * 64,
-        train={"batch_size": 8, "eval_every": 8, "eval_sequences": 16, "dtype": "fp32", "num_threads": 1,
-               "data": {"corpus": corpus_args.corpus, "vocab_size": corpus_args.vocab_size, "seq_len": corpus_args.seq_len,
-                        "max_documents": corpus_args.max_documents, "val_fraction": corpus_args.val_fraction,
-                        "cache_dir": corpus_args.cache_dir},
-               "optim": {"warmup_steps": 4}},
-        probe_tasks=["SST-2", "STS-B"], max_probe_train=400, mteb_tasks=["STS16"], mteb_layers="all",
-    )  # fmt: skip
+        name=name,
+        out_dir=str(tmp_path),
+        sizes=["nano"],
+        budget_tokens=16 * 8 * 64,
+        train={
+            "batch_size": 8,
+            "eval_every": 8,
+            "eval_sequences": 16,
+            "dtype": "fp32",
+            "num_threads": 1,
+            "data": {
+                "corpus": corpus_args.corpus,
+                "vocab_size": corpus_args.vocab_size,
+                "seq_len": corpus_args.seq_len,
+                "max_documents": corpus_args.max_documents,
+                "val_fraction": corpus_args.val_fraction,
+                "cache_dir": corpus_args.cache_dir,
+            },
+            "optim": {"warmup_steps": 4},
+        },
+        probe_tasks=["SST-2", "STS-B"],
+        max_probe_train=400,
+        mteb_tasks=["STS16"],
+        mteb_layers="all",
+    )
     cfg = dataclasses.replace(cfg, **{**fields, "train": deep_merge(cfg.train, fields.get("train", {}))})
     path = tmp_path / f"{name}.yaml"
     path.write_text(dump_yaml(cfg))
@@ -104,14 +121,19 @@ def test_plans_give_every_run_the_same_token_budget_cheapest_first():
     assert runs[0].size == "nano" and runs[-1].key.startswith("crossbert-tiny")
     assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
     # the committed reference is reproduced bit for bit only with a deterministic compiled step (results/cpu_small)
-    crossbert = {(r.train.compile, r.train.deterministic, r.train.model.embedding_init_std) for r in runs if r.objective.name == "crossbert"}
+    crossbert = {
+        (r.train.compile, r.train.deterministic, r.train.model.embedding_init_std)
+        for r in runs
+        if r.objective.name == "crossbert"
+    }
     assert crossbert == {(True, True, 1.0)}
 
 
 def test_the_second_target_trains_both_objectives_at_two_sizes_with_crossberts_larger_embedding_draw():
     runs = plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_second_target.yaml"))
     assert {(r.train.model.objective, r.size, r.seed) for r in runs} == {
-        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("tiny", "tiny4") for seed in (0, 1, 2)}
+        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("tiny", "tiny4") for seed in (0, 1, 2)
+    }
     assert {r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs} == {8_007_680}
     # the lever that takes CrossBERT off the plateau (results/escape_scan); flat MLM keeps the default draw here
     assert {r.train.model.objective: r.train.model.embedding_init_std for r in runs} == {"mlm": None, "crossbert": 1.0}
@@ -120,7 +142,8 @@ def test_the_second_target_trains_both_objectives_at_two_sizes_with_crossberts_l
 def test_the_width_ladder_compares_objectives_with_one_embedding_draw():
     runs = plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_width_ladder.yaml"))
     assert {(r.train.model.objective, r.size, r.seed) for r in runs} == {
-        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("nano", "tiny", "mini") for seed in (0, 1, 2)}
+        (objective, size, seed) for objective in ("mlm", "crossbert") for size in ("nano", "tiny", "mini") for seed in (0, 1, 2)
+    }
     assert {r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs} == {8_007_680}
     assert {r.train.model.embedding_init_std for r in runs} == {1.0}
 
@@ -137,8 +160,11 @@ def test_every_sweep_config_resolves(config):
 
 
 def test_overrides_reach_into_the_free_form_train_section():
-    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml",
-                      ["train.data.cache_dir=/tmp/x", "train.optim.lr=3e-4", "size_overrides={tiny: {optim: {lr: 7.0e-4}}}"])  # fmt: skip
+    cfg = load_config(
+        SweepConfig,
+        REPO / "configs/sweep/cpu_small.yaml",
+        ["train.data.cache_dir=/tmp/x", "train.optim.lr=3e-4", "size_overrides={tiny: {optim: {lr: 7.0e-4}}}"],
+    )
     assert cfg.train["data"]["cache_dir"] == "/tmp/x" and cfg.train["data"]["seq_len"] == 128
     runs = plan_runs(cfg)
     assert {r.train.data.cache_dir for r in runs} == {"/tmp/x"}
@@ -151,7 +177,9 @@ def test_the_reference_objective_must_be_one_of_the_sweeps_objectives():
     assert plan_runs(cfg) and "reference_objective: crossbert" in dump_yaml(cfg)  # the report reads it from sweep.yaml
     assert load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml").reference_objective is None  # the first listed
     bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["reference_objective=bert"])
-    with pytest.raises(ConfigError, match=r"sweep field 'reference_objective': expected one of the objectives \(mlm, crossbert\), got 'bert'"):
+    with pytest.raises(
+        ConfigError, match=r"sweep field 'reference_objective': expected one of the objectives \(mlm, crossbert\), got 'bert'"
+    ):
         plan_runs(bad)
 
 
@@ -212,14 +240,19 @@ def test_the_sweep_data_root_reaches_every_run(tmp_path):
 
 def test_an_objective_carries_its_own_model_options(tmp_path):
     """The study's pure-mask MLM: mlm_mask_prob / mlm_random_prob reach that objective's runs only."""
-    objectives = ('[{name: mlm15, objective: mlm, mask_ratio: 0.15}, '
-                  '{name: mlm50_pure, objective: mlm, mask_ratio: 0.5, model: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}}]')
+    objectives = (
+        "[{name: mlm15, objective: mlm, mask_ratio: 0.15}, "
+        "{name: mlm50_pure, objective: mlm, mask_ratio: 0.5, model: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}}]"
+    )
     cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"objectives={objectives}"])
-    corruption = {r.objective.name: (r.train.model.mask_ratio, r.train.model.mlm_mask_prob, r.train.model.mlm_random_prob)
-                  for r in plan_runs(cfg)}  # fmt: skip
+    corruption = {
+        r.objective.name: (r.train.model.mask_ratio, r.train.model.mlm_mask_prob, r.train.model.mlm_random_prob)
+        for r in plan_runs(cfg)
+    }
     assert corruption == {"mlm15": (0.15, 0.8, 0.1), "mlm50_pure": (0.5, 1.0, 0.0)}
-    bad = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml",
-                      ["objectives=[{name: x, objective: mlm, model: {mlm_mask_prb: 1.0}}]"])  # fmt: skip
+    bad = load_config(
+        SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["objectives=[{name: x, objective: mlm, model: {mlm_mask_prb: 1.0}}]"]
+    )
     with pytest.raises(ConfigError, match="mlm_mask_prb"):
         plan_runs(bad)
 
@@ -249,9 +282,18 @@ def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_fi
     (cfg.root / "sweep.yaml").write_text(dump_yaml(cfg))
     checkpoint = run.train.run_dir / "checkpoints" / f"step_{run.train.steps:07d}"
     recorded = json.loads((checkpoint / "trainer_state.json").read_text())["metrics"]
-    old_row = {"run": run.key, "objective": "crossbert", "size": "nano", "seed": 0, "step": run.train.steps,
-               "total_steps": run.train.steps, "checkpoint": str(checkpoint), "params_non_embedding": 1,
-               "shared_loss_r15": recorded["shared_loss_r15"], "shared_loss_r50": recorded["shared_loss_r50"]}  # fmt: skip
+    old_row = {
+        "run": run.key,
+        "objective": "crossbert",
+        "size": "nano",
+        "seed": 0,
+        "step": run.train.steps,
+        "total_steps": run.train.steps,
+        "checkpoint": str(checkpoint),
+        "params_non_embedding": 1,
+        "shared_loss_r15": recorded["shared_loss_r15"],
+        "shared_loss_r50": recorded["shared_loss_r50"],
+    }
     (cfg.root / "checkpoints.jsonl").write_text(json.dumps(old_row) + "\n")
 
     (filled,) = read_jsonl(fill_unigram_entropies(cfg.root))
@@ -286,9 +328,19 @@ WORKER_STEPS = 48
 def worker_sweep(tmp_path: Path, corpus_args, name: str) -> Path:
     """The tiny sweep for workers: runs of 48 steps with a resume point every 12 (so a kill can land between
     two), every step logged; RTE probes on the final checkpoint, no geometry or mteb (claims are the subject)."""
-    return tiny_sweep(tmp_path, corpus_args, name, budget_tokens=WORKER_STEPS * 8 * 64, checkpoint_fractions=[1.0],
-                      probe_tasks=["RTE"], geometry_tasks=[], mteb_tasks=[], worker_poll_s=1.0, report_every_s=3600.0,
-                      train={"log_every": 1})  # fmt: skip
+    return tiny_sweep(
+        tmp_path,
+        corpus_args,
+        name,
+        budget_tokens=WORKER_STEPS * 8 * 64,
+        checkpoint_fractions=[1.0],
+        probe_tasks=["RTE"],
+        geometry_tasks=[],
+        mteb_tasks=[],
+        worker_poll_s=1.0,
+        report_every_s=3600.0,
+        train={"log_every": 1},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -42,8 +42,12 @@ def test_a_limit_that_is_not_a_positive_integer_is_refused_by_name(value):
 
 
 def test_the_command_line_refuses_a_bad_limit_in_one_line_and_writes_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "crossbert_eval.cli", "sweep", str(MAIN_JOB), "--limit", "0", f"out_dir={tmp_path}"],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "crossbert_eval.cli", "sweep", str(MAIN_JOB), "--limit", "0", f"out_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert out.returncode == 2 and "--limit" in out.stderr and "expected a positive integer" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
 
@@ -51,11 +55,22 @@ def test_the_command_line_refuses_a_bad_limit_in_one_line_and_writes_nothing(tmp
 @pytest.mark.slow  # two nano runs trained, probed, measured and reported (about 1 minute on 2 cores); `make test-all`
 def test_a_limited_sweep_runs_every_stage_on_capped_splits_and_says_it_is_a_smoke_test(tmp_path, corpus_args, corpus):
     limit = 60
-    config = tiny_sweep(tmp_path, corpus_args, "smoke", budget_tokens=4 * LIMIT_STEPS * 8 * 64, geometry_tasks=["SST-2"],
-                        mteb_tasks=["STSBenchmark"])  # fmt: skip
+    config = tiny_sweep(
+        tmp_path,
+        corpus_args,
+        "smoke",
+        budget_tokens=4 * LIMIT_STEPS * 8 * 64,
+        geometry_tasks=["SST-2"],
+        mteb_tasks=["STSBenchmark"],
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "crossbert_eval.cli", "sweep", str(config), "--limit", str(limit)],
-                         capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "crossbert_eval.cli", "sweep", str(config), "--limit", str(limit)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     root = tmp_path / f"smoke-limit{limit}"
     assert root.is_dir() and not (tmp_path / "smoke").exists()  # never mixed with a real sweep's folder

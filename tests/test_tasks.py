@@ -11,25 +11,60 @@ from crossbert_eval.tasks import TaskDataMissing, TaskError, all_tasks, get_task
 
 # (task, split) -> examples, from MANIFEST.md (MRPC train: the file holds 3,667 data lines + header)
 EXPECTED = {
-    ("CoLA", "train"): 8551, ("CoLA", "validation"): 1043, ("SST-2", "train"): 67349, ("SST-2", "validation"): 872,
-    ("SST-2", "test"): 1821, ("MRPC", "validation"): 408, ("RTE", "train"): 2490, ("RTE", "validation"): 277,
-    ("WNLI", "train"): 635, ("WNLI", "validation"): 71, ("QNLI", "validation"): 5463, ("STS-B", "train"): 5749,
-    ("STS-B", "validation"): 1500, ("STSBenchmark", "test"): 1379, ("SICK-R", "test"): 9840, ("STS12", "test"): 3108,
-    ("STS13", "test"): 1500, ("STS14", "test"): 3750, ("STS15", "test"): 3000, ("STS16", "test"): 1186,
-    ("TREC", "train"): 5452, ("TREC", "test"): 500, ("Banking77Classification", "train"): 10003,
-    ("Banking77Classification", "test"): 3080, ("EmotionClassification", "train"): 16000,
-    ("EmotionClassification", "test"): 2000, ("TweetSentimentExtractionClassification", "test"): 3534,
-    ("AmazonCounterfactualClassification", "train"): 4018, ("AmazonCounterfactualClassification", "test"): 670,
-    ("STS17", "test"): 250, ("BIOSSES", "test"): 100, ("MassiveIntentClassification", "train"): 11514,
-    ("MassiveIntentClassification", "validation"): 2033, ("MassiveIntentClassification", "test"): 2974,
-    ("MassiveScenarioClassification", "train"): 11514, ("MassiveScenarioClassification", "validation"): 2033,
-    ("MassiveScenarioClassification", "test"): 2974, ("ImdbClassification", "train"): 25000, ("ImdbClassification", "test"): 25000,
-    ("SciFact", "train"): 919, ("SciFact", "test"): 339,  # judged (claim, abstract) pairs: the qrels rows
-    ("TwitterURLCorpus-lowercasedtrain", "train"): 42200, ("TwitterURLCorpus-lowercasedtrain", "test"): 9334,
-    ("BigramShift", "train"): 10000, ("BigramShift", "test"): 10000, ("CoordinationInversion", "train"): 10000,
-    ("CoordinationInversion", "test"): 10002, ("Tense", "train"): 10000, ("Tense", "test"): 10000,
-    ("SubjNumber", "train"): 10000, ("SubjNumber", "test"): 10000, ("TreeDepth", "train"): 10000, ("TreeDepth", "test"): 10000,
-}  # fmt: skip
+    ("CoLA", "train"): 8551,
+    ("CoLA", "validation"): 1043,
+    ("SST-2", "train"): 67349,
+    ("SST-2", "validation"): 872,
+    ("SST-2", "test"): 1821,
+    ("MRPC", "validation"): 408,
+    ("RTE", "train"): 2490,
+    ("RTE", "validation"): 277,
+    ("WNLI", "train"): 635,
+    ("WNLI", "validation"): 71,
+    ("QNLI", "validation"): 5463,
+    ("STS-B", "train"): 5749,
+    ("STS-B", "validation"): 1500,
+    ("STSBenchmark", "test"): 1379,
+    ("SICK-R", "test"): 9840,
+    ("STS12", "test"): 3108,
+    ("STS13", "test"): 1500,
+    ("STS14", "test"): 3750,
+    ("STS15", "test"): 3000,
+    ("STS16", "test"): 1186,
+    ("TREC", "train"): 5452,
+    ("TREC", "test"): 500,
+    ("Banking77Classification", "train"): 10003,
+    ("Banking77Classification", "test"): 3080,
+    ("EmotionClassification", "train"): 16000,
+    ("EmotionClassification", "test"): 2000,
+    ("TweetSentimentExtractionClassification", "test"): 3534,
+    ("AmazonCounterfactualClassification", "train"): 4018,
+    ("AmazonCounterfactualClassification", "test"): 670,
+    ("STS17", "test"): 250,
+    ("BIOSSES", "test"): 100,
+    ("MassiveIntentClassification", "train"): 11514,
+    ("MassiveIntentClassification", "validation"): 2033,
+    ("MassiveIntentClassification", "test"): 2974,
+    ("MassiveScenarioClassification", "train"): 11514,
+    ("MassiveScenarioClassification", "validation"): 2033,
+    ("MassiveScenarioClassification", "test"): 2974,
+    ("ImdbClassification", "train"): 25000,
+    ("ImdbClassification", "test"): 25000,
+    ("SciFact", "train"): 919,
+    ("SciFact", "test"): 339,  # judged (claim, abstract) pairs: the qrels rows
+    ("TwitterURLCorpus-lowercasedtrain", "train"): 42200,
+    ("TwitterURLCorpus-lowercasedtrain", "test"): 9334,
+    ("BigramShift", "train"): 10000,
+    ("BigramShift", "test"): 10000,
+    ("CoordinationInversion", "train"): 10000,
+    ("CoordinationInversion", "test"): 10002,
+    ("Tense", "train"): 10000,
+    ("Tense", "test"): 10000,
+    ("SubjNumber", "train"): 10000,
+    ("SubjNumber", "test"): 10000,
+    ("TreeDepth", "train"): 10000,
+    ("TreeDepth", "test"): 10000,
+}
 
 
 @pytest.mark.parametrize("task,split", sorted(EXPECTED))
@@ -114,22 +149,32 @@ labels: [0, 1]
 
 
 def test_tsv_row_with_wrong_field_count_names_file_and_line(tmp_path):
-    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nbad\t0\textra\n", "dev.tsv": "sentence\tlabel\n"})
+    task, root = _task_file(
+        tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nbad\t0\textra\n", "dev.tsv": "sentence\tlabel\n"}
+    )
     with pytest.raises(TaskError, match=r"train.tsv:3: expected 2 TSV fields \(sentence, label\), got 3"):
         task.load_split("train", root)
 
 
-TOY_STS = TOY.replace("target: class", "target: score").replace("metrics: [accuracy]", "metrics: [spearman]").replace("labels: [0, 1]\n", "")
+TOY_STS = (
+    TOY.replace("target: class", "target: score")
+    .replace("metrics: [accuracy]", "metrics: [spearman]")
+    .replace("labels: [0, 1]\n", "")
+)
 
 
 def test_a_split_on_which_the_metric_is_undefined_is_refused_when_read_before_anything_is_encoded(tmp_path):
-    task, root = _task_file(tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nfine\t1\n", "dev.tsv": "sentence\tlabel\nok\t1\n"})
+    task, root = _task_file(
+        tmp_path, TOY, {"train.tsv": "sentence\tlabel\ngood\t1\nfine\t1\n", "dev.tsv": "sentence\tlabel\nok\t1\n"}
+    )
     with pytest.raises(TaskError, match=r"train.tsv: split 'train' of task Toy: every example has class 1: a probe needs two"):
         task.load_split("train", root)
     assert task.load_split("validation", root).labels.tolist() == [1]  # one class to score on is defined (accuracy)
     constant = {"train.tsv": "sentence\tlabel\na\t1.0\nb\t2.0\n", "dev.tsv": "sentence\tlabel\nc\t3.0\nd\t3.0\n"}
     task, root = _task_file(tmp_path / "sts", TOY_STS, constant)
-    with pytest.raises(TaskError, match=r"dev.tsv: split 'validation' of task Toy: every gold score is 3: a correlation with a constant"):
+    with pytest.raises(
+        TaskError, match=r"dev.tsv: split 'validation' of task Toy: every gold score is 3: a correlation with a constant"
+    ):
         task.load_split("validation", root)
     task, root = _task_file(tmp_path / "nan", TOY_STS, {**constant, "train.tsv": "sentence\tlabel\na\tnan\nb\t2.0\n"})
     with pytest.raises(TaskError, match=r"train.tsv: split 'train' of task Toy: 1 gold score\(s\) are not finite numbers"):
@@ -177,24 +222,49 @@ def test_every_task_file_loads_with_typed_sections():
 @pytest.mark.parametrize(
     "old,new,message",
     [
-        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tsv, heder: true}",
-         r"Toy.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, corpus, queries$"),
-        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, hub: {path: x, nmae: y}}",
-         r"Toy.yaml: unknown key data.hub.nmae; valid keys under data.hub: path, name, revision, splits, columns$"),
-        ("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, lable: x}",
-         r"Toy.yaml: unknown key columns.lable; valid keys under columns: text, text_pair, label, group, label_before$"),
-        ("labels: [0, 1]", "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, sede: 1}",
-         r"Toy.yaml: unknown key holdout.sede; valid keys under holdout: source, train, test, test_fraction, seed, group$"),
-        ("labels: [0, 1]", "labels: [0, 1]\nmteb: {type: Classification, eval_split: [test]}",
-         r"Toy.yaml: unknown key mteb.eval_split; valid keys under mteb: type, eval_splits, train_split, subset, seed, .*max_score, variant_of, data_differs, from_splits$"),
-        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tab}",
-         r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, beir, got 'tab'"),
-        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, header: 'no'}",
-         r"Toy.yaml: data.header must be true or false, got 'no'"),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, format: tsv, heder: true}",
+            r"Toy.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, corpus, queries$",
+        ),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, hub: {path: x, nmae: y}}",
+            r"Toy.yaml: unknown key data.hub.nmae; valid keys under data.hub: path, name, revision, splits, columns$",
+        ),
+        (
+            "columns: {text: sentence, label: label}",
+            "columns: {text: sentence, label: label, lable: x}",
+            r"Toy.yaml: unknown key columns.lable; valid keys under columns: text, text_pair, label, group, label_before$",
+        ),
+        (
+            "labels: [0, 1]",
+            "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, sede: 1}",
+            r"Toy.yaml: unknown key holdout.sede; valid keys under holdout: source, train, test, test_fraction, seed, group$",
+        ),
+        (
+            "labels: [0, 1]",
+            "labels: [0, 1]\nmteb: {type: Classification, eval_split: [test]}",
+            r"Toy.yaml: unknown key mteb.eval_split; valid keys under mteb: type, eval_splits, train_split, subset, seed, .*max_score, variant_of, data_differs, from_splits$",
+        ),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, format: tab}",
+            r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, beir, got 'tab'",
+        ),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, header: 'no'}",
+            r"Toy.yaml: data.header must be true or false, got 'no'",
+        ),
         ("labels: [0, 1]", "labels: [0, 1]\nmteb: {eval_splits: [test]}", r"Toy.yaml: missing key mteb.type"),
-        ("data: {local: toy, format: tsv, header: true}", "data: toy", r"Toy.yaml: data must be a mapping of keys, got str 'toy'"),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: toy",
+            r"Toy.yaml: data must be a mapping of keys, got str 'toy'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_nested_section_mistakes_name_file_and_key(tmp_path, old, new, message):
     assert old in TOY
     with pytest.raises(TaskError, match=message):
@@ -215,15 +285,24 @@ def test_sections_are_typed_dataclasses_read_by_the_one_typed_loader(tmp_path):
     "old,new,message",
     [
         ("metrics: [accuracy]", "metrics: accuracy", r"Toy.yaml: metrics must be a list, got 'accuracy'$"),
-        ("data: {local: toy, format: tsv, header: true}", "data: {local: toy, fields: [a, [b]]}",
-         r"Toy.yaml: data.fields\[1\] must be a string, got \['b'\]$"),
-        ("labels: [0, 1]", "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, seed: x}",
-         r"Toy.yaml: holdout.seed must be an integer, got 'x'$"),
+        (
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, fields: [a, [b]]}",
+            r"Toy.yaml: data.fields\[1\] must be a string, got \['b'\]$",
+        ),
+        (
+            "labels: [0, 1]",
+            "labels: [0, 1]\nholdout: {source: train, train: a, test: b, test_fraction: 0.5, seed: x}",
+            r"Toy.yaml: holdout.seed must be an integer, got 'x'$",
+        ),
         ("name: Toy", "", r"Toy.yaml: missing field\(s\) name$"),
-        ("columns: {text: sentence, label: label}", "columns: {text: sentence}",
-         r"Toy.yaml: missing key columns.label \(required under columns: text, label\)$"),
+        (
+            "columns: {text: sentence, label: label}",
+            "columns: {text: sentence}",
+            r"Toy.yaml: missing key columns.label \(required under columns: text, label\)$",
+        ),
     ],
-)  # fmt: skip
+)
 def test_values_of_the_wrong_type_name_file_and_key(tmp_path, old, new, message):
     assert old in TOY
     with pytest.raises(TaskError, match=message):
@@ -272,7 +351,9 @@ def test_a_task_in_a_new_format_needs_a_registered_reader_and_a_task_file(tmp_pa
 
 
 def test_an_unregistered_format_lists_the_registered_ones(tmp_path, pipe_format):
-    with pytest.raises(TaskError, match=r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, pipe, beir, got 'pip'"):
+    with pytest.raises(
+        TaskError, match=r"Toy.yaml: data.format must be one of tsv, csv, jsonl, label_first, pipe, beir, got 'pip'"
+    ):
         _task_file(tmp_path, TOY.replace("format: tsv", "format: pip"), {})
 
 
@@ -286,7 +367,9 @@ def test_a_format_name_is_registered_once():
 def test_the_data_root_is_passed_not_remembered(tmp_path):
     """Two data roots in one process: each load reads its own root (inferred labels too)."""
     body = TOY.replace("labels: [0, 1]", "labels: infer")
-    task, root_a = _task_file(tmp_path, body, {"train.tsv": "sentence\tlabel\na\tx\nb\ty\n", "dev.tsv": "sentence\tlabel\nc\tx\n"})
+    task, root_a = _task_file(
+        tmp_path, body, {"train.tsv": "sentence\tlabel\na\tx\nb\ty\n", "dev.tsv": "sentence\tlabel\nc\tx\n"}
+    )
     root_b = tmp_path / "other"
     (root_b / "toy").mkdir(parents=True)
     (root_b / "toy" / "train.tsv").write_text("sentence\tlabel\np\tx\nq\ty\nr\tz\n")
@@ -312,7 +395,9 @@ def tasks_with_broken_files(tmp_path, monkeypatch):
     real = Path(tasks_dir())
     (folder / "senteval" / "TREC.yaml").write_text((real / "senteval" / "TREC.yaml").read_text())
     (folder / "sts" / "STS14.yaml").write_text((real / "sts" / "STS14.yaml").read_text())
-    (folder / "sts" / "STS13.yaml").write_text((real / "sts" / "STS13.yaml").read_text().replace("  header: false", "  heder: false"))
+    (folder / "sts" / "STS13.yaml").write_text(
+        (real / "sts" / "STS13.yaml").read_text().replace("  header: false", "  heder: false")
+    )
     (folder / "sts" / "Garbled.yaml").write_text("name: Garbled\n  family: [sts\n")
     monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(folder))
     return folder
@@ -326,19 +411,24 @@ def test_a_broken_file_leaves_other_tasks_usable(tasks_with_broken_files):
     assert [t.name for t in resolve_tasks("senteval")] == ["TREC"]
     broken = broken_tasks()
     assert sorted(broken) == ["Garbled", "STS13"]
-    assert broken["STS13"].endswith("STS13.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, "
-                                     "fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, "
-                                     "corpus, queries")  # fmt: skip
+    assert broken["STS13"].endswith(
+        "STS13.yaml: unknown key data.heder; valid keys under data: local, hub, format, header, "
+        "fields, optional_fields, delimiter, quoting, encoding, drop_unlabelled, drop_labels, "
+        "corpus, queries"
+    )
     assert "Garbled.yaml:2: not valid YAML" in broken["Garbled"] and "\n" not in broken["Garbled"]
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("STS13", r"STS13.yaml: unknown key data.heder"),
-    ("TREC,sts13", r"STS13.yaml: unknown key data.heder"),
-    ("Garbled", r"Garbled.yaml:2: not valid YAML"),
-    ("sts", r"2 broken task files: .*Garbled.yaml.* \| .*STS13.yaml"),
-    ("all", r"2 broken task files"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("STS13", r"STS13.yaml: unknown key data.heder"),
+        ("TREC,sts13", r"STS13.yaml: unknown key data.heder"),
+        ("Garbled", r"Garbled.yaml:2: not valid YAML"),
+        ("sts", r"2 broken task files: .*Garbled.yaml.* \| .*STS13.yaml"),
+        ("all", r"2 broken task files"),
+    ],
+)
 def test_asking_for_a_broken_task_raises_its_error(tasks_with_broken_files, spec, message):
     with pytest.raises(TaskError, match=message):
         resolve_tasks(spec)
@@ -354,7 +444,9 @@ def test_task_listing_shows_broken_files(tasks_with_broken_files, real_data_root
 
 
 def test_a_duplicate_name_makes_that_name_broken_not_the_others(tasks_with_broken_files):
-    (tasks_with_broken_files / "senteval" / "TREC2.yaml").write_text((tasks_with_broken_files / "senteval" / "TREC.yaml").read_text())
+    (tasks_with_broken_files / "senteval" / "TREC2.yaml").write_text(
+        (tasks_with_broken_files / "senteval" / "TREC.yaml").read_text()
+    )
     with pytest.raises(TaskError, match=r"TREC2.yaml: task name 'TREC' is also defined in .*TREC.yaml"):
         get_task("TREC")
     assert get_task("STS14").name == "STS14"
@@ -369,7 +461,9 @@ def test_sts12_is_complete_with_msrvid_from_stsbenchmark(real_data_root):
     """MTEB's STS12 is 3,108 pairs; MSRvid's 750 are the stsbenchmark rows with file MSRvid, year 2012test."""
     task = get_task("STS12")
     assert len(task.load_split("test", real_data_root)) == 3108 and not task.mteb.partial
-    msrvid = [row for entry in task.splits["test"] if not isinstance(entry, str) for _, row in task._entry_rows(entry, real_data_root)]
+    msrvid = [
+        row for entry in task.splits["test"] if not isinstance(entry, str) for _, row in task._entry_rows(entry, real_data_root)
+    ]
     assert len(msrvid) == 750 and {(r["file"], r["year"]) for r in msrvid} == {("MSRvid", "2012test")}
 
 
@@ -389,11 +483,15 @@ def test_new_sets_match_the_manifest_beyond_counts(real_data_root):
 
 # SentEval probing (MANIFEST.md): examples per raw label; tree depth's training split only as its range over 7 classes
 PROBING_LABELS = {
-    ("BigramShift", "train"): {"I": 5101, "O": 4899}, ("BigramShift", "test"): {"I": 5000, "O": 5000},
-    ("CoordinationInversion", "train"): {"I": 4975, "O": 5025}, ("CoordinationInversion", "test"): {"I": 5001, "O": 5001},
-    ("Tense", "train"): {"PAST": 5006, "PRES": 4994}, ("Tense", "test"): {"PAST": 5000, "PRES": 5000},
-    ("SubjNumber", "train"): {"NN": 5062, "NNS": 4938}, ("SubjNumber", "test"): {"NN": 5000, "NNS": 5000},
-}  # fmt: skip
+    ("BigramShift", "train"): {"I": 5101, "O": 4899},
+    ("BigramShift", "test"): {"I": 5000, "O": 5000},
+    ("CoordinationInversion", "train"): {"I": 4975, "O": 5025},
+    ("CoordinationInversion", "test"): {"I": 5001, "O": 5001},
+    ("Tense", "train"): {"PAST": 5006, "PRES": 4994},
+    ("Tense", "test"): {"PAST": 5000, "PRES": 5000},
+    ("SubjNumber", "train"): {"NN": 5062, "NNS": 4938},
+    ("SubjNumber", "test"): {"NN": 5000, "NNS": 5000},
+}
 
 
 @pytest.mark.parametrize("task,split", sorted(PROBING_LABELS))
@@ -453,10 +551,18 @@ def test_pasted_files_read_side_by_side_and_zip_members_in_place(tmp_path):
 @pytest.mark.parametrize(
     "gold,pairs,message",
     [
-        ("1.5\n", "a\tb\nc\td\n", r"gold.txt: 1 lines, but .*pairs.zip/in/pairs.txt has 2; pasted files need one line per example"),
-        ("1.5\n2\n", "a\tb\tc\nc\td\n", r"pairs.zip/in/pairs.txt, .*gold.txt: line 1: expected 3 fields \(s1, s2, score\), got 4"),
+        (
+            "1.5\n",
+            "a\tb\nc\td\n",
+            r"gold.txt: 1 lines, but .*pairs.zip/in/pairs.txt has 2; pasted files need one line per example",
+        ),
+        (
+            "1.5\n2\n",
+            "a\tb\tc\nc\td\n",
+            r"pairs.zip/in/pairs.txt, .*gold.txt: line 1: expected 3 fields \(s1, s2, score\), got 4",
+        ),
     ],
-)  # fmt: skip
+)
 def test_pasted_files_that_do_not_line_up_name_the_files(tmp_path, gold, pairs, message):
     task, root = _task_file(tmp_path, PASTE, {"gold.txt": gold})
     _zip(root / "toy", "pairs.zip", {"in/pairs.txt": pairs})
@@ -476,20 +582,28 @@ def test_a_missing_zip_member_is_missing_data_naming_it(tmp_path):
     [
         ("{file: a.tsv, paste: [a.tsv, b.tsv]}", r"Toy.yaml: splits.train needs exactly one of `file` \(one file\) or `paste`"),
         ("{paste: [a.tsv]}", r"Toy.yaml: splits.train.paste must list two or more files, got \['a.tsv'\]"),
-        ("[train.tsv, {file: b.tsv, slect: {a: 1}}]", r"Toy.yaml: unknown key splits.train\[1\].slect; valid keys under "
-                                                     r"splits.train\[1\]: file, paste, folder, fields, optional_fields, select$"),
+        (
+            "[train.tsv, {file: b.tsv, slect: {a: 1}}]",
+            r"Toy.yaml: unknown key splits.train\[1\].slect; valid keys under "
+            r"splits.train\[1\]: file, paste, folder, fields, optional_fields, select$",
+        ),
         ("[train.tsv, 3]", r"Toy.yaml: splits.train entries must be file names or mappings \(file/paste, ...\), got 3"),
     ],
-)  # fmt: skip
+)
 def test_split_file_entry_mistakes_name_file_and_key(tmp_path, entry, message):
     with pytest.raises(TaskError, match=message):
         _task_file(tmp_path, TOY.replace("train: train.tsv,", f"train: {entry},"), {})
 
 
 def test_select_keeps_matching_rows_and_drop_labels_and_label_before(tmp_path):
-    body = TOY.replace("train: train.tsv,", "train: {file: train.tsv, select: {source: keep}},").replace(
-        "data: {local: toy, format: tsv, header: true}", "data: {local: toy, format: tsv, header: true, drop_labels: [x_skip]}"
-    ).replace("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, label_before: _}")
+    body = (
+        TOY.replace("train: train.tsv,", "train: {file: train.tsv, select: {source: keep}},")
+        .replace(
+            "data: {local: toy, format: tsv, header: true}",
+            "data: {local: toy, format: tsv, header: true, drop_labels: [x_skip]}",
+        )
+        .replace("columns: {text: sentence, label: label}", "columns: {text: sentence, label: label, label_before: _}")
+    )
     body = body.replace("labels: [0, 1]", "labels: infer")
     rows = "sentence\tlabel\tsource\na\tpos_1\tkeep\nb\tneg_2\tkeep\nc\tpos_3\tdrop\nd\tx_skip\tkeep\n"
     task, root = _task_file(tmp_path, body, {"train.tsv": rows, "dev.tsv": "sentence\tlabel\tsource\n"})
@@ -497,7 +611,9 @@ def test_select_keeps_matching_rows_and_drop_labels_and_label_before(tmp_path):
     assert split.texts == ["a", "b"] and task.label_mapping(root) == {"neg": 0, "pos": 1} and split.labels.tolist() == [1, 0]
     bad = body.replace("select: {source: keep}", "select: {sorce: keep}")
     (tmp_path / "Toy.yaml").write_text(bad)
-    with pytest.raises(TaskError, match=r"train.tsv: select field 'sorce' is not a field of this file \(sentence, label, source\)"):
+    with pytest.raises(
+        TaskError, match=r"train.tsv: select field 'sorce' is not a field of this file \(sentence, label, source\)"
+    ):
         parse_task_file(tmp_path / "Toy.yaml").load_split("train", root)
 
 
@@ -518,7 +634,9 @@ eval_split: test
 def test_beir_qrels_naming_an_unknown_document_is_an_error_with_its_line(tmp_path):
     corpus = '{"_id": "d1", "title": "T", "text": "doc one"}\n'
     queries = '{"_id": "q1", "text": "query one"}\n{"_id": "q2", "text": "unjudged"}\n'
-    task, root = _task_file(tmp_path, BEIR, {"corpus.jsonl": corpus, "queries.jsonl": queries, "qrels.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n"})
+    task, root = _task_file(
+        tmp_path, BEIR, {"corpus.jsonl": corpus, "queries.jsonl": queries, "qrels.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n"}
+    )
     beir = task.load_beir("test", root)
     assert beir.queries == {"q1": "query one"} and beir.qrels == {"q1": {"d1": 1}} and beir.corpus == {"d1": ("T", "doc one")}
     assert task.load_split("test", root).texts_pair == ["T doc one"]

@@ -48,7 +48,9 @@ def as_float32(metrics: dict[str, dict[int, float]]) -> dict[str, dict[int, floa
 def test_tensorboard_events_hold_every_scalar_of_metrics_jsonl(corpus_args, tmp_path):
     run_dir = train(tiny_train_config(corpus_args, tmp_path, "crossbert"))
     expected = metrics_by_tag(run_dir)
-    assert {"loss", "lr", "grad_norm", "corpus_tokens_per_s", "mfu", "val_loss", "shared_loss_r15", "unigram_entropy_val"} <= set(expected)
+    assert {"loss", "lr", "grad_norm", "corpus_tokens_per_s", "mfu", "val_loss", "shared_loss_r15", "unigram_entropy_val"} <= set(
+        expected
+    )
     shown = tensorboard_by_tag(run_dir)
     assert {tag: dict(points) for tag, points in shown.items()} == as_float32(expected)  # same names, steps, values
     assert all(len(points) == len({s for s, _ in points}) for points in shown.values())  # each step once
@@ -73,11 +75,14 @@ def test_tracking_nothing_writes_metrics_jsonl_alone(corpus_args, tmp_path):
     assert not list(run_dir.glob("events.out.tfevents.*")) and not (run_dir / "wandb").exists()
 
 
-@pytest.mark.parametrize("override, words", [
-    ("tracking=[tensorboard,mlflow]", ["'tracking'", "'mlflow' is none of them", "tensorboard, wandb"]),
-    ("tracking=[tensorboard,tensorboard]", ["'tracking'", "each tracker once"]),
-    ("wandb_mode=onlin", ["'wandb_mode'", "offline, online", "'onlin'"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("tracking=[tensorboard,mlflow]", ["'tracking'", "'mlflow' is none of them", "tensorboard, wandb"]),
+        ("tracking=[tensorboard,tensorboard]", ["'tracking'", "each tracker once"]),
+        ("wandb_mode=onlin", ["'wandb_mode'", "offline, online", "'onlin'"]),
+    ],
+)
 def test_a_bad_tracking_option_is_one_line_and_exit_2_before_the_run_folder_exists(override, words, tmp_path, capsys):
     code, err = run_train_cli(tmp_path, override, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and all(w in err for w in words), err

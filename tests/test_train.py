@@ -62,7 +62,7 @@ def test_resume_gives_the_same_run_as_an_uninterrupted_one(corpus_args, tmp_path
 
 def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_args, tmp_path):
     run_dir = train(tiny_config(corpus_args, tmp_path, "mlm"))
-    (step, path), = list_checkpoints(run_dir)
+    ((step, path),) = list_checkpoints(run_dir)
     encoder = AutoModel.from_pretrained(path, local_files_only=True)
     assert encoder.config.objective == "mlm" and step == 6
     state = json.loads((path / "trainer_state.json").read_text())
@@ -130,14 +130,25 @@ def torchrun_two_processes(cfg: TrainConfig, tmp_path: Path, program: list[str] 
     (work / "config.yaml").write_text(dump_yaml(cfg))
     if program is None:
         (work / "counting_train.py").write_text(COUNTING_TRAIN)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               *(program or ["counting_train.py"]), "config.yaml", "num_threads=1"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        *(program or ["counting_train.py"]),
+        "config.yaml",
+        "num_threads=1",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     for attempt in (1, 2):
         launched = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=600)
         if launched.returncode == 0:
             break
-        output = f"torchrun exited {launched.returncode} (attempt {attempt}):\n{launched.stdout[-3000:]}\n{launched.stderr[-8000:]}"
+        output = (
+            f"torchrun exited {launched.returncode} (attempt {attempt}):\n{launched.stdout[-3000:]}\n{launched.stderr[-8000:]}"
+        )
         assert attempt == 1, output
         warnings.warn(output)
         shutil.rmtree(cfg.run_dir, ignore_errors=True)
@@ -162,7 +173,9 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     common = dict(steps=2, eval_every=0, eval_sequences=8)
     one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
     train(one)
-    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", grad_accum=2, activation_checkpointing=True, **common)
+    two = tiny_config(
+        corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", grad_accum=2, activation_checkpointing=True, **common
+    )
     collectives = torchrun_two_processes(two, tmp_path)
 
     single, sharded = metric_rows(one.run_dir), metric_rows(two.run_dir)
@@ -218,8 +231,11 @@ def test_a_checkpoint_of_the_earlier_masking_scheme_is_not_resumed(corpus_args, 
     state = json.loads(state_file.read_text())
     assert state.pop("masking_scheme") == 2
     state_file.write_text(json.dumps(state))  # as written before the scheme was recorded
-    with pytest.raises(ConfigError, match=r"step_0000001: its run drew masks with masking scheme 1, this version draws scheme 2 .*"
-                                          r"finish it with the revision that started it .* or start a new run"):
+    with pytest.raises(
+        ConfigError,
+        match=r"step_0000001: its run drew masks with masking scheme 1, this version draws scheme 2 .*"
+        r"finish it with the revision that started it .* or start a new run",
+    ):
         train(cfg)
     assert [s for s, _ in list_checkpoints(cfg.run_dir)] == [1]
 
@@ -296,7 +312,11 @@ def test_tokenizer_that_does_not_match_the_model_is_refused(corpus_args, tmp_pat
 
 
 def test_config_overrides_are_typed_and_unknown_keys_rejected(tmp_path):
-    cfg = load_config(TrainConfig, REPO / "configs/train/tiny_crossbert.yaml", ["model.preset=mini", "optim.lr=3e-4", "checkpoint_steps=[5, 10]"])
+    cfg = load_config(
+        TrainConfig,
+        REPO / "configs/train/tiny_crossbert.yaml",
+        ["model.preset=mini", "optim.lr=3e-4", "checkpoint_steps=[5, 10]"],
+    )
     assert cfg.model.preset == "mini" and cfg.optim.lr == 3e-4 and cfg.checkpoint_steps == [5, 10]
     with pytest.raises(ConfigError, match="no field 'lrr'"):
         load_config(TrainConfig, None, ["optim.lrr=1"])
@@ -448,8 +468,10 @@ def test_a_corpus_without_validation_trains_only_when_asked_and_records_why(corp
     with caplog.at_level("WARNING", logger="crossbert.train"):
         train(cfg)
     validation = json.loads((cfg.run_dir / "run_info.json").read_text())["validation"]
-    assert validation == {"sequences": 0, "reason": "eval_sequences=0: no validation loss, shared-protocol loss or divergence "
-                                                    "check on validation"}  # fmt: skip
+    assert validation == {
+        "sequences": 0,
+        "reason": "eval_sequences=0: no validation loss, shared-protocol loss or divergence check on validation",
+    }
     assert any("trained without validation" in r.getMessage() for r in caplog.records)
     assert all("val_loss" not in row for row in map(json.loads, (cfg.run_dir / "metrics.jsonl").read_text().splitlines()))
 
@@ -525,7 +547,7 @@ def test_evaluate_records_shared_losses_that_the_checkpoint_scorer_reproduces(co
     assert [r["step"] for r in evaluated] == [0, 3]
     assert all({SHARED_LOSS_R15, SHARED_LOSS_R50, "shared_targets_r15", "shared_targets_r50"} <= set(r) for r in evaluated)
     assert evaluated[0]["shared_targets_r50"] == 16 * round(0.5 * 64)  # eval_sequences x round(r * n)
-    (step, path), = list_checkpoints(run_dir)
+    ((step, path),) = list_checkpoints(run_dir)
     recorded = json.loads((path / "trainer_state.json").read_text())["metrics"]
     assert recorded[SHARED_LOSS_R50] == evaluated[-1][SHARED_LOSS_R50]
     # an old run is scored the same way from its folder alone (another batch size: same masks, same sums),
@@ -567,7 +589,12 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
     from crossbert_model.data_args import DataArgs
 
     def train(i):
-        args = DataArgs(corpus=str(real_data_root / "wikipedia_en_2015"), vocab_size=1024, max_documents=1500, cache_dir=str(tmp_path / str(i)))
+        args = DataArgs(
+            corpus=str(real_data_root / "wikipedia_en_2015"),
+            vocab_size=1024,
+            max_documents=1500,
+            cache_dir=str(tmp_path / str(i)),
+        )
         return prepare_tokenizer(args).get_vocab()
 
     first, second = train(0), train(1)
@@ -624,7 +651,7 @@ def test_a_run_records_the_unigram_entropies_of_the_targets_its_losses_score(cor
     assert len(val[selected]) == evaluated[-1]["shared_targets_r30"]
     # near the entropy of the unigram distribution, far below knowing nothing (ln V)
     assert 4.0 < recorded["unigram_entropy_val"] < math.log(len(corpus.tokenizer))
-    (_, path), = list_checkpoints(run_dir)
+    ((_, path),) = list_checkpoints(run_dir)
     state = json.loads((path / "trainer_state.json").read_text())
     assert state["metrics"]["unigram_entropy_r30"] == recorded["unigram_entropy_r30"]
     # a run trained before they were recorded gets the same numbers from its checkpoint folder

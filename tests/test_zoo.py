@@ -50,16 +50,22 @@ def our_runs(tmp_path_factory, corpus_args, corpus):
 
 def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path) -> ZooConfig:
     return ZooConfig(
-        name=name, out_dir=str(tmp_path), features_dir=str(features),
+        name=name,
+        out_dir=str(tmp_path),
+        features_dir=str(features),
         models=[
             ZooModel("minilm", name="MiniLM-L6", family="MiniLM"),
             ZooModel(MINILM_ID, name="MiniLM-L6 (hub id)", family="MiniLM by hub id"),
             ZooModel(str(our_runs["mlm"]), name="nano-mlm", family="ours: flat MLM"),
             ZooModel(str(our_runs["crossbert"]), name="nano-crossbert-cls", family="ours: CrossBERT", pooling="cls"),
         ],
-        probe_tasks=["SST-2"], probes=["linear", "knn"], max_probe_train=300, geometry_tasks=["SST-2"],
-        mteb_tasks=["BIOSSES"], mteb_layers="last",  # 100 pairs: the smallest local mteb task
-    )  # fmt: skip
+        probe_tasks=["SST-2"],
+        probes=["linear", "knn"],
+        max_probe_train=300,
+        geometry_tasks=["SST-2"],
+        mteb_tasks=["BIOSSES"],
+        mteb_layers="last",  # 100 pairs: the smallest local mteb task
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +99,12 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     assert set(models.index) == {"MiniLM-L6", "MiniLM-L6 (hub id)", "nano-mlm", "nano-crossbert-cls"}
     assert models.loc["MiniLM-L6", "params_total"] == MINILM_TOTAL
     # pooling: the sentence-transformers config, the default, or the entry's own
-    assert dict(models["pooling"]) == {"MiniLM-L6": "mean", "MiniLM-L6 (hub id)": "mean", "nano-mlm": "mean", "nano-crossbert-cls": "cls"}
+    assert dict(models["pooling"]) == {
+        "MiniLM-L6": "mean",
+        "MiniLM-L6 (hub id)": "mean",
+        "nano-mlm": "mean",
+        "nano-crossbert-cls": "cls",
+    }
     st_config = "sentence-transformers:1_Pooling/config.json"
     assert models.loc["MiniLM-L6", "pooling_source"] == models.loc["MiniLM-L6 (hub id)", "pooling_source"] == st_config
     assert models.loc["nano-mlm", "pooling_source"] == st_config and models.loc["nano-crossbert-cls", "pooling_source"] == "user"
@@ -105,7 +116,9 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     scores = pd.read_csv(root / "tables" / "scores.csv")
     assert scores["pooling"].notna().all() and scores["pooling_source"].notna().all()  # recorded in every row
     per_model = scores.pivot_table(index=["task", "probe", "layer", "metric"], columns="size", values="value")
-    pd.testing.assert_series_equal(per_model["MiniLM-L6"], per_model["MiniLM-L6 (hub id)"], check_names=False)  # ... the same scores
+    pd.testing.assert_series_equal(
+        per_model["MiniLM-L6"], per_model["MiniLM-L6 (hub id)"], check_names=False
+    )  # ... the same scores
 
     # every layer probed, mteb on the last one, geometry rows; our models' trained state recorded
     assert sorted(scores.loc[(scores["size"] == "MiniLM-L6") & (scores["probe"] == "linear"), "layer"].unique()) == list(range(7))
@@ -114,7 +127,9 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     assert rows.loc["nano-mlm", "step"] == rows.loc["nano-mlm", "total_steps"] == 8 and rows.loc["nano-mlm", "corpus_tokens"] > 0
     best = pd.read_csv(root / "tables" / "last_vs_best.csv")
     assert set(best["model"]) == set(models.index) and (best["last_minus_best"] <= 1e-9).all()
-    sst2 = scores[(scores["size"] == "MiniLM-L6") & (scores["task"] == "SST-2") & (scores["probe"] == "linear") & (scores["layer"] == 6)]
+    sst2 = scores[
+        (scores["size"] == "MiniLM-L6") & (scores["task"] == "SST-2") & (scores["probe"] == "linear") & (scores["layer"] == 6)
+    ]
     assert sst2["value"].iloc[0] > 0.7  # MiniLM's last layer, 300 training sentences
 
 
@@ -167,9 +182,11 @@ def test_a_zoo_interrupted_mid_way_resumes_to_the_same_tables(straight_zoo, our_
 def test_minilm_parameters_counted_from_the_loaded_model():
     counts = count_parameters(FrozenEncoder.load("minilm").model)
     assert counts == {
-        "params_total": MINILM_TOTAL, "params_embedding": MINILM_EMBEDDING, "params_pooler": MINILM_POOLER,
+        "params_total": MINILM_TOTAL,
+        "params_embedding": MINILM_EMBEDDING,
+        "params_pooler": MINILM_POOLER,
         "params_non_embedding": MINILM_TOTAL - MINILM_EMBEDDING - MINILM_POOLER,
-    }  # fmt: skip
+    }
     assert round(counts["params_total"] / 1e6, 1) == 22.7  # the model card's figure
 
 
@@ -221,14 +238,21 @@ def test_shipped_zoo_configs_resolve():
 
 
 MISTAKES = {
-    "missing model folder": (["models=[{model: /nonexistent/model, name: gone}]"],
-                             ["models[0] (gone)", "/nonexistent/model", "no such folder"]),
-    "hub id not in the cache": (["models=[{model: google/bert_uncased_L-2_H-128_A-2}]"],
-                                ["google/bert_uncased_L-2_H-128_A-2", "not in the local Hugging Face cache", "CROSSBERT_ONLINE=1"]),
+    "missing model folder": (
+        ["models=[{model: /nonexistent/model, name: gone}]"],
+        ["models[0] (gone)", "/nonexistent/model", "no such folder"],
+    ),
+    "hub id not in the cache": (
+        ["models=[{model: google/bert_uncased_L-2_H-128_A-2}]"],
+        ["google/bert_uncased_L-2_H-128_A-2", "not in the local Hugging Face cache", "CROSSBERT_ONLINE=1"],
+    ),
     "unknown key": (["modles=[]"], ["modles"]),
     "unknown entry key": (["models=[{model: minilm, poolng: cls}]"], ["poolng", "valid keys"]),
     "bad pooling": (["models=[{model: minilm, pooling: avg}]"], ["models[0].pooling", "mean, cls, max", "'avg'"]),
-    "duplicate names": (["models=[{model: minilm, name: a}, {model: minilm, name: a}]"], ["zoo field 'models'", "the display name 'a' is given twice"]),
+    "duplicate names": (
+        ["models=[{model: minilm, name: a}, {model: minilm, name: a}]"],
+        ["zoo field 'models'", "the display name 'a' is given twice"],
+    ),
     "no models": ([], ["'models'", "none"]),
     "unknown probe task": (["models=[{model: minilm}]", "probe_tasks=[SST-3]"], ["SST-3"]),
 }

@@ -1,11 +1,11 @@
 """Reading a sweep or zoo folder: its score rows, its checkpoints and the frames the tables are built from.
 
-    checkpoints.jsonl         one row per probed checkpoint (a zoo: per model): objective, size, step, params, tokens, FLOPs, losses
-    results/results.jsonl     every probe / geometry / mteb row (a committed reference: results.jsonl.xz)
-    unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
-    encoder_reliance.jsonl    one row per run: the encoder reliance of its final checkpoint (crossbert_model.reliance)
-    skipped.jsonl             runs skipped for a worker's wall budget (crossbert_eval.wall_budget)
-    baselines/results.jsonl   chance, majority-class and TF-IDF rows of each probed task (crossbert_eval.baselines)
+checkpoints.jsonl         one row per probed checkpoint (a zoo: per model): objective, size, step, params, tokens, FLOPs, losses
+results/results.jsonl     every probe / geometry / mteb row (a committed reference: results.jsonl.xz)
+unigram_entropies.jsonl   (optional) unigram entropies of runs trained before they were recorded
+encoder_reliance.jsonl    one row per run: the encoder reliance of its final checkpoint (crossbert_model.reliance)
+skipped.jsonl             runs skipped for a worker's wall budget (crossbert_eval.wall_budget)
+baselines/results.jsonl   chance, majority-class and TF-IDF rows of each probed task (crossbert_eval.baselines)
 """
 
 from __future__ import annotations
@@ -106,8 +106,10 @@ def smoke_notice(sweep: dict) -> str | None:
     limit = sweep.get("limit")
     if not limit:
         return None
-    return (f"SMOKE TEST (`crossbert sweep --limit {limit}`): every run trained a few steps and every probe split was "
-            f"capped at {limit} examples. Its numbers mean nothing; it shows only that every stage runs end to end.")
+    return (
+        f"SMOKE TEST (`crossbert sweep --limit {limit}`): every run trained a few steps and every probe split was "
+        f"capped at {limit} examples. Its numbers mean nothing; it shows only that every stage runs end to end."
+    )
 
 
 def reference_objective(sweep: dict) -> str | None:
@@ -133,8 +135,23 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
         return pd.DataFrame()
     if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
         results = results[results["probe"] != GEOMETRY_PROBE]
-    keep = ["model_fingerprint", "task", "family", "split", "probe", "feature_transform", "layer", "relative_depth", "pooling",
-            "metric", "value", "is_main", "ci_low", "ci_high", "unit"]  # fmt: skip
+    keep = [
+        "model_fingerprint",
+        "task",
+        "family",
+        "split",
+        "probe",
+        "feature_transform",
+        "layer",
+        "relative_depth",
+        "pooling",
+        "metric",
+        "value",
+        "is_main",
+        "ci_low",
+        "ci_high",
+        "unit",
+    ]
     results = with_probe_variants(results[[c for c in keep if c in results.columns]])
     if results.empty:
         return pd.DataFrame()
@@ -160,8 +177,9 @@ def load_baselines(root: Path) -> pd.DataFrame:
         return frame
     frame = frame[frame["is_main"].astype(bool)]
     frame = frame.assign(score=100 * frame["value"], score_ci_low=100 * frame["ci_low"], score_ci_high=100 * frame["ci_high"])
-    return headline_split(frame)[["task", "family", "split", "baseline", "probe", "metric", "score", "score_ci_low", "score_ci_high",
-                                  "n_train", "n_eval"]].reset_index(drop=True)  # fmt: skip
+    return headline_split(frame)[
+        ["task", "family", "split", "baseline", "probe", "metric", "score", "score_ci_low", "score_ci_high", "n_train", "n_eval"]
+    ].reset_index(drop=True)
 
 
 def load_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
@@ -187,4 +205,3 @@ def headline_split(df: pd.DataFrame) -> pd.DataFrame:
     """One split per task: the last in sort order (test after validation) - what tables report."""
     last = df.groupby("task")["split"].transform("max")
     return df[df["split"] == last]
-

@@ -79,9 +79,16 @@ def centring_section(geometry: pd.DataFrame, value: str = "mean") -> list[str]:
     table = centring_table(geometry, value)
     if table.empty:
         return []
-    return ["Raw and mean-centred features side by side (seed means): uncentred, a mean direction shared by every "
-            "example is one large singular value that dominates RankMe and the dataset entropy; centred, they measure "
-            "how the examples differ from one another.", "", markdown_table(table, floatfmt="{:.4f}"), "", "Every metric:", ""]
+    return [
+        "Raw and mean-centred features side by side (seed means): uncentred, a mean direction shared by every "
+        "example is one large singular value that dominates RankMe and the dataset entropy; centred, they measure "
+        "how the examples differ from one another.",
+        "",
+        markdown_table(table, floatfmt="{:.4f}"),
+        "",
+        "Every metric:",
+        "",
+    ]
 
 
 def timing_table(root: Path) -> str:
@@ -97,9 +104,25 @@ def timing_table(root: Path) -> str:
 def page_ending(root: Path, config_yaml: str, provenance: dict, tables_line: str) -> list[str]:
     """The last sections of a report page, the same for a sweep and a zoo: where the time went, the
     configuration, the provenance, and a line naming the tables written."""
-    return ["## Where the time went (wall seconds per stage)", "", timing_table(root), "",
-            "## Configuration", "", "```yaml", config_yaml.rstrip(), "```", "",
-            "## Provenance", "", "```json", json.dumps(provenance, indent=2), "```", "", tables_line]  # fmt: skip
+    return [
+        "## Where the time went (wall seconds per stage)",
+        "",
+        timing_table(root),
+        "",
+        "## Configuration",
+        "",
+        "```yaml",
+        config_yaml.rstrip(),
+        "```",
+        "",
+        "## Provenance",
+        "",
+        "```json",
+        json.dumps(provenance, indent=2),
+        "```",
+        "",
+        tables_line,
+    ]
 
 
 # The page's look: text at a readable width, plots as wide as the page, every table inside a wrapper that scrolls
@@ -131,8 +154,10 @@ def _markdown_parser():
 def render_html(markdown: str, title: str = "sweep report") -> str:
     """The report's Markdown as an HTML page named `title` (markdown-it-py: CommonMark and tables)."""
     body = _markdown_parser().render(markdown)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
-            f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}</body></html>\n")  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n{body}</body></html>\n"
+    )
 
 
 def with_baseline_rows(shown: pd.DataFrame, baseline_rows: pd.DataFrame) -> pd.DataFrame:
@@ -148,12 +173,17 @@ def baselines_section(baselines: pd.DataFrame, uninformative: dict[str, str]) ->
         return ["## Baselines", "", "None computed for this folder (`crossbert baselines FOLDER` adds them).", ""]
     table = baselines.assign(baseline=[baseline_label(b, p) for b, p in zip(baselines["baseline"], baselines["probe"])])
     table = table[["task", "split", "metric", "baseline", "score", "score_ci_low", "score_ci_high", "n_train", "n_eval"]]
-    lines = ["## Baselines", "",
-             "What needs no encoder, on the probes' own splits (crossbert_eval/baselines.py): chance (uniform guesses; interval: "
-             f"the central 95% of {CHANCE_DRAWS} draws), the majority class of the training split, and TF-IDF word uni- and bigrams with "
-             "the same linear probe (and, on STS, their cosine); intervals of the last two: the bootstrap over evaluation "
-             "examples. They are drawn as horizontal lines on the score plots and listed under the models in the tables.", "",
-             markdown_table(table), ""]  # fmt: skip
+    lines = [
+        "## Baselines",
+        "",
+        "What needs no encoder, on the probes' own splits (crossbert_eval/baselines.py): chance (uniform guesses; interval: "
+        f"the central 95% of {CHANCE_DRAWS} draws), the majority class of the training split, and TF-IDF word uni- and bigrams with "
+        "the same linear probe (and, on STS, their cosine); intervals of the last two: the bootstrap over evaluation "
+        "examples. They are drawn as horizontal lines on the score plots and listed under the models in the tables.",
+        "",
+        markdown_table(table),
+        "",
+    ]
     if uninformative:
         lines += ["**Uninformative here, left out of every average:** " + "; ".join(uninformative.values()) + ".", ""]
     return lines

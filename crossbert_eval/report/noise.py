@@ -21,8 +21,12 @@ from .loading import headline_split
 # Which differences are beyond noise is a test with a stated error rate (stats: Welch over seeds, the paired
 # bootstrap for two scores of one model with one seed, Benjamini-Hochberg across the report): comparisons().
 MIN_SEEDS_FOR_STD = 3
-BANDS = {"std": "mean ± std over seeds", "min-max": "min–max over 2 seeds", "bootstrap": "bootstrap 95% interval (1 seed)",
-         "none": "no noise estimate (1 seed, no interval)"}  # fmt: skip
+BANDS = {
+    "std": "mean ± std over seeds",
+    "min-max": "min–max over 2 seeds",
+    "bootstrap": "bootstrap 95% interval (1 seed)",
+    "none": "no noise estimate (1 seed, no interval)",
+}
 # How a caption says "none": a figure whose every point has it has no error bars; beside bars of other kinds, its
 # points are the exception (band_caption).
 NO_BARS = "no error bars (1 seed, no interval)"
@@ -42,8 +46,18 @@ def seed_bands(df: pd.DataFrame, by: list[str], value: str = "score") -> pd.Data
         out = out.join(g[ci].mean().set_axis(["ci_low", "ci_high"], axis=1))
     out = out.reset_index()
     out["band"] = [_band(n, row) for n, (_, row) in zip(out["seeds"], out.iterrows())]
-    low = {"std": out["mean"] - out["std"], "min-max": out["min"], "bootstrap": out.get("ci_low", out["mean"]), "none": out["mean"]}
-    high = {"std": out["mean"] + out["std"], "min-max": out["max"], "bootstrap": out.get("ci_high", out["mean"]), "none": out["mean"]}
+    low = {
+        "std": out["mean"] - out["std"],
+        "min-max": out["min"],
+        "bootstrap": out.get("ci_low", out["mean"]),
+        "none": out["mean"],
+    }
+    high = {
+        "std": out["mean"] + out["std"],
+        "min-max": out["max"],
+        "bootstrap": out.get("ci_high", out["mean"]),
+        "none": out["mean"],
+    }
     out["err_low"] = [out["mean"][i] - low[b][i] for i, b in enumerate(out["band"])]
     out["err_high"] = [high[b][i] - out["mean"][i] for i, b in enumerate(out["band"])]
     return out
@@ -81,8 +95,10 @@ def _pair_values(rows: pd.DataFrame, keys: list[str], side_col: str, first, seco
     """One row per key present on both sides: first_values / second_values, the per-seed scores of each side."""
     per_seed = rows.groupby([*keys, side_col, "seed"], dropna=False)["score"].mean().reset_index()
     sides = per_seed.groupby([*keys, side_col], dropna=False)["score"].agg(list).rename("values").reset_index()
-    left, right = (sides[sides[side_col] == value].drop(columns=side_col).set_index(keys).add_prefix(f"{side}_")
-                   for side, value in zip(SIDES, (first, second)))  # fmt: skip
+    left, right = (
+        sides[sides[side_col] == value].drop(columns=side_col).set_index(keys).add_prefix(f"{side}_")
+        for side, value in zip(SIDES, (first, second))
+    )
     return left.join(right, how="inner").reset_index()
 
 
@@ -110,8 +126,13 @@ def _seed_test(first: list, second: list) -> dict:
     w = S.welch(second, first)  # stats.welch tests mean(b) - mean(a)
     if np.isnan(w.p):
         return {"test": "none", "noise": UNTESTED["constant"]}
-    return {"test": f"{S.WELCH} ({len(first)} vs {len(second)})", "noise": S.SEED_NOISE, "p_value": float(w.p),
-            "diff_ci_low": float(w.ci_low), "diff_ci_high": float(w.ci_high)}  # fmt: skip
+    return {
+        "test": f"{S.WELCH} ({len(first)} vs {len(second)})",
+        "noise": S.SEED_NOISE,
+        "p_value": float(w.p),
+        "diff_ci_low": float(w.ci_low),
+        "diff_ci_high": float(w.ci_high),
+    }
 
 
 def seed_tests(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -164,17 +185,42 @@ def family_verdicts(table: pd.DataFrame) -> pd.DataFrame:
 # are of that same difference). `x_std` beside `x`: the page shows them as one "mean ± std" cell (markdown_table).
 # Every writer and reader of the comparison table goes by these names.
 SIDES = ("first", "second")
-COMPARISON_COLUMNS = ["comparison", "objective", "size", "task", "probe", "first", "second", "first_mean", "second_mean", "diff",
-                      "diff_ci_low", "diff_ci_high", "first_mean_std", "second_mean_std", "first_seeds", "second_seeds", "test", "noise",
-                      "p_value", "p_adjusted", "verdict"]  # fmt: skip
+COMPARISON_COLUMNS = [
+    "comparison",
+    "objective",
+    "size",
+    "task",
+    "probe",
+    "first",
+    "second",
+    "first_mean",
+    "second_mean",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "first_mean_std",
+    "second_mean_std",
+    "first_seeds",
+    "second_seeds",
+    "test",
+    "noise",
+    "p_value",
+    "p_adjusted",
+    "verdict",
+]
 # How a row reads, said once on the page above the table (methods_paragraph).
-READING = ("Each row reads as its comparison's label, first side minus second: in \"last layer - layer 0\", `first` is "
-           "the last layer and `second` layer 0, and the difference (\"first - second\"; `diff` in tables/comparisons.csv) is "
-           "the first side's mean minus the second's, with its test and interval")
+READING = (
+    'Each row reads as its comparison\'s label, first side minus second: in "last layer - layer 0", `first` is '
+    'the last layer and `second` layer 0, and the difference ("first - second"; `diff` in tables/comparisons.csv) is '
+    "the first side's mean minus the second's, with its test and interval"
+)
 # The columns of tables written before the sides were named in the label's order: `b` was the label's first side and
 # `a` its second (diff = b_mean - a_mean). read_comparisons renames them, so committed tables read as new ones.
-OLD_SIDE_COLUMNS = {f"{old}_{stat}": f"{new}_{now}" for old, new in (("b", "first"), ("a", "second"))
-                    for stat, now in (("mean", "mean"), ("std", "mean_std"), ("seeds", "seeds"))}  # fmt: skip
+OLD_SIDE_COLUMNS = {
+    f"{old}_{stat}": f"{new}_{now}"
+    for old, new in (("b", "first"), ("a", "second"))
+    for stat, now in (("mean", "mean"), ("std", "mean_std"), ("seeds", "seeds"))
+}
 
 
 def read_comparisons(path) -> pd.DataFrame:
@@ -182,8 +228,10 @@ def read_comparisons(path) -> pd.DataFrame:
     table's side names (`first`, `second`) are read back from its labels."""
     table = read_table(path, "a comparison table (tables/comparisons.csv)").rename(columns=OLD_SIDE_COLUMNS)
     if "first" not in table:
-        sides = [(row["size"].split(" -> ")[::-1] if row["comparison"] in ACROSS_SIZES else row["comparison"].split(" - ", 1))
-                 for _, row in table.iterrows()]  # fmt: skip
+        sides = [
+            (row["size"].split(" -> ")[::-1] if row["comparison"] in ACROSS_SIZES else row["comparison"].split(" - ", 1))
+            for _, row in table.iterrows()
+        ]
         table["first"], table["second"] = [s[0] for s in sides], [s[-1] for s in sides]
     return table[[*(c for c in COMPARISON_COLUMNS if c in table), *(c for c in table if c not in COMPARISON_COLUMNS)]]
 
@@ -196,8 +244,13 @@ COLLAPSE_COMPARISON = "collapse gap (best - last layer): larger size - smaller s
 ACROSS_SIZES = (SIZE_COMPARISON, COLLAPSE_COMPARISON)
 
 
-def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=None, plateau: pd.DataFrame | None = None,
-                across_sizes: bool = False) -> pd.DataFrame:  # fmt: skip
+def comparisons(
+    scores: pd.DataFrame,
+    reference: str | None = None,
+    predictions=None,
+    plateau: pd.DataFrame | None = None,
+    across_sizes: bool = False,
+) -> pd.DataFrame:
     """The comparisons the report makes, each with its test and verdict:
     * objectives at each size: the `reference` objective (reference_objective: the sweep config's) vs every
       other objective, per task and probe (final checkpoints, last layer, main metric); none without a reference;
@@ -220,7 +273,9 @@ def comparisons(scores: pd.DataFrame, reference: str | None = None, predictions=
         pairs = _with_units(pairs, by_objective, keys, "objective", other, reference)
         if len(pairs):
             parts.append(pairs.assign(comparison=f"{other} - {reference}", first=other, second=reference, within_model=False))
-    ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer"))
+    ends = final[final["layer"].eq(0) | final["is_last_layer"]].assign(
+        end=lambda d: np.where(d["layer"].eq(0), "layer 0", "last layer")
+    )
     keys = ["objective", "size", "params_non_embedding", "task", "probe"]
     pairs = _with_units(_pair_values(ends, keys, "end", "last layer", "layer 0"), ends, keys, "end", "last layer", "layer 0")
     if len(pairs):
@@ -260,8 +315,16 @@ def _size_pairs(last_layer: pd.DataFrame, comparison: str = SIZE_COMPARISON) -> 
         for smaller, larger in zip(params.index, params.index[1:]):
             pairs = _with_units(_pair_values(rows, keys, "size", larger, smaller), rows, keys, "size", larger, smaller)
             if len(pairs):
-                parts.append(pairs.assign(comparison=comparison, size=f"{smaller} -> {larger}", first=larger, second=smaller,
-                                          params_non_embedding=params[larger], within_model=False))  # fmt: skip
+                parts.append(
+                    pairs.assign(
+                        comparison=comparison,
+                        size=f"{smaller} -> {larger}",
+                        first=larger,
+                        second=smaller,
+                        params_non_embedding=params[larger],
+                        within_model=False,
+                    )
+                )
     return parts
 
 
@@ -278,7 +341,9 @@ def failing_runs(plateau: pd.DataFrame | None, size, objectives) -> dict[str, li
     if plateau is None or plateau.empty:
         return {}
     here = plateau[(plateau["size"] == size) & plateau["objective"].isin(list(objectives))]
-    return {rule: sorted(here.loc[here[rule] == "no", "run"]) for rule in RUN_RULES if rule in here and (here[rule] == "no").any()}
+    return {
+        rule: sorted(here.loc[here[rule] == "no", "run"]) for rule in RUN_RULES if rule in here and (here[rule] == "no").any()
+    }
 
 
 def not_comparable(runs: list[str] | dict[str, list[str]]) -> str:
@@ -323,13 +388,17 @@ def noise_paragraph(table: pd.DataFrame, no_comparisons: str = NO_COMPARISONS) -
     lines = []
     for comparison, sub in table.groupby("comparison", sort=False):
         counts = sub["verdict"].value_counts()
-        withheld = "".join(f", {n} not comparable: a run {reason}" for reason in RUN_RULES.values()
-                           if (n := int(sub["verdict"].str.contains(reason, regex=False).sum())))
+        withheld = "".join(
+            f", {n} not comparable: a run {reason}"
+            for reason in RUN_RULES.values()
+            if (n := int(sub["verdict"].str.contains(reason, regex=False).sum()))
+        )
         named = ", ".join(_named(r) for _, r in sub[sub["verdict"] == "beyond noise"].iterrows())
         lines.append(
             f"- **{comparison}**: {counts.get('beyond noise', 0)} of {len(sub)} differences are beyond noise"
             f" ({counts.get('within noise', 0)} within it, {counts.get('unknown', 0)} untested"
-            + withheld + ")"
+            + withheld
+            + ")"
             + (f": {named}." if named else ".")
         )
     return "\n".join(lines)
@@ -339,21 +408,29 @@ def verdict_summary(table: pd.DataFrame, plateau: pd.DataFrame | None) -> dict:
     """The report's answer in numbers (summary.json, and the page's first section): per comparison kind, how many were
     tested and how many are beyond noise (named), within it, untested or withheld by each rule; the runs failing each
     rule; the error rate and the power."""
-    failing = {rule: sorted(plateau.loc[plateau[rule] == "no", "run"]) for rule in RUN_RULES
-               if plateau is not None and len(plateau) and rule in plateau}  # fmt: skip
+    failing = {
+        rule: sorted(plateau.loc[plateau[rule] == "no", "run"])
+        for rule in RUN_RULES
+        if plateau is not None and len(plateau) and rule in plateau
+    }
     kinds = {}
-    for comparison, sub in (table.groupby("comparison", sort=False) if len(table) else []):
+    for comparison, sub in table.groupby("comparison", sort=False) if len(table) else []:
         verdicts = sub["verdict"].fillna("")
         kinds[comparison] = {
-            "compared": len(sub), "tested": int(sub["p_adjusted"].notna().sum()),
+            "compared": len(sub),
+            "tested": int(sub["p_adjusted"].notna().sum()),
             "beyond_noise": [_named(r) for _, r in sub[verdicts == "beyond noise"].iterrows()],
-            "within_noise": int((verdicts == "within noise").sum()), "untested": int((verdicts == "unknown").sum()),
+            "within_noise": int((verdicts == "within noise").sum()),
+            "untested": int((verdicts == "unknown").sum()),
             "withheld": {rule: int(verdicts.str.contains(reason, regex=False).sum()) for rule, reason in RUN_RULES.items()},
-        }  # fmt: skip
+        }
     family = int(table["p_adjusted"].notna().sum()) if len(table) else 0
-    return {"comparisons": kinds, "runs_failing": {rule: runs for rule, runs in failing.items() if runs},
-            "error_rate": f"{S.CORRECTION}, false-discovery rate {S.ALPHA:g}, over {family} tested comparisons",
-            "power": power_sentence([S.POWER_SEEDS], family) if family else "No comparison tested."}  # fmt: skip
+    return {
+        "comparisons": kinds,
+        "runs_failing": {rule: runs for rule, runs in failing.items() if runs},
+        "error_rate": f"{S.CORRECTION}, false-discovery rate {S.ALPHA:g}, over {family} tested comparisons",
+        "power": power_sentence([S.POWER_SEEDS], family) if family else "No comparison tested.",
+    }
 
 
 def verdict_lines(summary: dict) -> list[str]:
@@ -364,14 +441,16 @@ def verdict_lines(summary: dict) -> list[str]:
     lines = []
     for comparison, k in kinds.items():
         named = k["beyond_noise"]
-        parts = [f"{len(named)} beyond noise" + (f" ({'; '.join(named[:4])}{'; ...' if len(named) > 4 else ''})" if named else ""),
-                 f"{k['within_noise']} within noise"]
+        parts = [
+            f"{len(named)} beyond noise" + (f" ({'; '.join(named[:4])}{'; ...' if len(named) > 4 else ''})" if named else ""),
+            f"{k['within_noise']} within noise",
+        ]
         parts += [f"{n} withheld: a run {RUN_RULES[rule]}" for rule, n in k["withheld"].items() if n]
         parts += [f"{k['untested']} untested"] if k["untested"] else []
         lines.append(f"- **{comparison}**: {k['compared']} compared, {k['tested']} tested: {', '.join(parts)}.")
     for rule, runs in summary["runs_failing"].items():
         lines.append(f"- Runs {RUN_RULES[rule]}: {', '.join(runs)} (their comparisons are withheld).")
-    lines.append(f"- Error rate: {summary['error_rate']}. {summary['power']} \"Within noise\" is not \"equal\".")
+    lines.append(f'- Error rate: {summary["error_rate"]}. {summary["power"]} "Within noise" is not "equal".')
     return lines
 
 
@@ -400,8 +479,7 @@ def methods_paragraph(table: pd.DataFrame) -> str:
         "(tests/test_stats.py measures it over simulated reports)."
     )
     sides = zip(table["first_seeds"], table["second_seeds"], table["test"])
-    seeds = sorted({int(min(f, s)) for f, s, t in sides if str(t).startswith(S.WELCH)}
-                   ) if len(table) else []  # fmt: skip
+    seeds = sorted({int(min(f, s)) for f, s, t in sides if str(t).startswith(S.WELCH)}) if len(table) else []
     return f"{text} {power_sentence(sorted({S.POWER_SEEDS, *seeds}), family)}" if seeds else text
 
 
@@ -412,7 +490,9 @@ def power_sentence(seeds: list[int], family: int) -> str:
         power = S.power(seeds=n, family=family)
         case = f"with {n} seeds per side it is called in {power.alone:.1%} of tests at {S.ALPHA:g} uncorrected"
         if power.family > 1:  # a family of one (or none tested) has nothing to correct for
-            case += f", and in {power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}"
+            case += (
+                f", and in {power.in_family:.1%} as the one real difference among {power.family} comparisons after {S.CORRECTION}"
+            )
         cases.append(case)
     return f"Power (simulated, normal seed scores), a true difference of {S.POWER_EFFECT_SD:g} standard deviations: {'; '.join(cases)}."
 
@@ -424,8 +504,8 @@ def size_bands(table: pd.DataFrame, y: str) -> pd.DataFrame:
     # one assign: the by_size table is wide (a column per task and probe), and adding columns one at a time
     # fragments it (pandas' PerformanceWarning on every plot)
     return table.assign(
-        mean=table[y], band=band,
+        mean=table[y],
+        band=band,
         err_low=np.where(band == "std", std, np.where(band == "min-max", table[y] - low, 0.0)),
         err_high=np.where(band == "std", std, np.where(band == "min-max", high - table[y], 0.0)),
-    )  # fmt: skip
-
+    )

@@ -26,12 +26,17 @@ from .tables import TRAINING_AXES, baseline_label, baselines_beside, column_prob
 from .vocabulary import SCORE_UNIT, average_title, axis_label, label, panel_title
 
 # Reds for flat MLM, blue / green for CrossBERT with / without CMS (the objective names of configs/sweep/*.yaml).
-OBJECTIVE_COLORS: Mapping[str, str] = MappingProxyType({
-    "mlm": "#d62728", "mlm15": "#d62728", "mlm50_pure": "#ff7f0e", "crossbert": "#1f77b4", "crossbert_cms": "#1f77b4",
-    "crossbert_nocms": "#2ca02c",
-})  # fmt: skip
+OBJECTIVE_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "mlm": "#d62728",
+        "mlm15": "#d62728",
+        "mlm50_pure": "#ff7f0e",
+        "crossbert": "#1f77b4",
+        "crossbert_cms": "#1f77b4",
+        "crossbert_nocms": "#2ca02c",
+    }
+)
 UNLISTED_COLOR = "#7f7f7f"  # grey: a line whose key the palette does not name
-
 
 
 def check_plot_names(names, known) -> None:
@@ -39,6 +44,7 @@ def check_plot_names(names, known) -> None:
     unknown = sorted(set(names or ()) - set(known))
     if unknown:
         raise ValueError(f"unknown plot(s) {unknown}; known: {list(known)}")
+
 
 def color_for(key: str, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> str:
     return colors.get(key, UNLISTED_COLOR)
@@ -81,7 +87,9 @@ def save_figure(fig, out: Path, name: str, caption: str = "") -> list[Plot]:
     notice = _NOTICE.get()
     if notice:
         width = max(40, int(fig.get_figwidth() * 11))  # characters a line at 11 pt holds across the figure
-        fig.text(0.5, 1.0, textwrap.fill(notice, width), ha="center", va="bottom", color="#b00000", fontsize=11, fontweight="bold")
+        fig.text(
+            0.5, 1.0, textwrap.fill(notice, width), ha="center", va="bottom", color="#b00000", fontsize=11, fontweight="bold"
+        )
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("png", "svg")}
     try:
@@ -111,7 +119,9 @@ def _lines(ax, table: pd.DataFrame, x: str, y: str, colors: Mapping[str, str]) -
     for objective, sub in table.groupby("objective"):
         sub = size_bands(sub.sort_values(x), y)
         bands |= set(sub["band"])
-        ax.errorbar(sub[x], sub[y], yerr=error_bars(sub), marker="o", capsize=3, color=color_for(objective, colors), label=objective)
+        ax.errorbar(
+            sub[x], sub[y], yerr=error_bars(sub), marker="o", capsize=3, color=color_for(objective, colors), label=objective
+        )
     ax.margins(x=0.08, y=0.12)  # room for the size labels inside the frame
     return bands
 
@@ -141,9 +151,17 @@ def label_points(ax, points) -> None:
             if start < r0 and l0 < start + span and abs(level - y0) < LABEL_GAP * POINT_LABEL_FONT:
                 level = y0 + LABEL_GAP * POINT_LABEL_FONT
         placed.append((start, start + span, level))
-        ax.annotate(str(text), (x, y), textcoords="offset points", xytext=(-5 if left else 5, level - ax_y * height), va="center",
-                    ha="right" if left else "left", fontsize=POINT_LABEL_FONT, color="#333",
-                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75})  # fmt: skip
+        ax.annotate(
+            str(text),
+            (x, y),
+            textcoords="offset points",
+            xytext=(-5 if left else 5, level - ax_y * height),
+            va="center",
+            ha="right" if left else "left",
+            fontsize=POINT_LABEL_FONT,
+            color="#333",
+            bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75},
+        )
 
 
 def size_points(table: pd.DataFrame, x: str, y: str) -> list[tuple]:
@@ -160,8 +178,17 @@ def figure_legend(fig, handles_by_label: dict, title: str | None = None) -> None
     line style."""
     longest = max((len(name) for name in handles_by_label), default=1)
     ncol = max(1, min(len(handles_by_label), 6, 110 // (longest + 8)))
-    fig.legend(list(handles_by_label.values()), list(handles_by_label), loc="outside lower center", ncol=ncol, fontsize=LEGEND_FONT,
-               handlelength=3.2, title=title, title_fontsize=LEGEND_FONT, frameon=False)  # fmt: skip
+    fig.legend(
+        list(handles_by_label.values()),
+        list(handles_by_label),
+        loc="outside lower center",
+        ncol=ncol,
+        fontsize=LEGEND_FONT,
+        handlelength=3.2,
+        title=title,
+        title_fontsize=LEGEND_FONT,
+        frameon=False,
+    )
 
 
 def legend_of(axes) -> dict:
@@ -194,8 +221,13 @@ def pyplot():
     return plt
 
 
-def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, averaged: Mapping[str, list[str]] | None = None,
-                  baselines: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+def plot_collapse(
+    sizes: pd.DataFrame,
+    out: Path,
+    colors: Mapping[str, str] = OBJECTIVE_COLORS,
+    averaged: Mapping[str, list[str]] | None = None,
+    baselines: pd.DataFrame | None = None,
+) -> list[Plot]:
     """Score against size and against compute, a column of panels per score; `averaged` (tables.averaged_tasks): the
     tasks behind each average column, so a panel is titled by what it holds."""
     plt = pyplot()
@@ -220,7 +252,9 @@ def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OB
         axes[0, j].set_title(title)
     figure_legend(fig, legend_of(axes.flat), title="objective")
     caption = band_caption(bands)
-    fig.suptitle(f"Representation scaling: frozen probe score vs model size and training compute (last layer, final checkpoint)\n{caption}")
+    fig.suptitle(
+        f"Representation scaling: frozen probe score vs model size and training compute (last layer, final checkpoint)\n{caption}"
+    )
     return save_figure(fig, out, "collapse", caption)
 
 
@@ -228,8 +262,13 @@ def plot_collapse(sizes: pd.DataFrame, out: Path, colors: Mapping[str, str] = OB
 COLLAPSE_PROBES = ("linear", "cosine", "knn")
 
 
-def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Path,
-                         colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+def plot_collapse_layers(
+    best_layers: pd.DataFrame,
+    sizes: pd.DataFrame,
+    out: Path,
+    colors: Mapping[str, str] = OBJECTIVE_COLORS,
+    baselines: pd.DataFrame | None = None,
+) -> list[Plot]:
     """The paper's Figure 1 view: per task, each objective's last-layer score (solid) and best-layer score (dashed)
     against non-embedding parameters, error bars the std over seeds; a last layer that falls away from the best as size
     grows is collapse (the gap is tested in the report's comparisons)."""
@@ -252,8 +291,16 @@ def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Pa
             sub = sub.sort_values("params_non_embedding")
             for column, style, what in (("last_layer", "-", "last layer"), ("best", "--", "best layer")):
                 std = sub[f"{column}_std"] if f"{column}_std" in sub else None
-                ax.errorbar(sub["params_non_embedding"], sub[column], yerr=None if std is None else std.fillna(0), marker="o",
-                            capsize=3, linestyle=style, color=color_for(objective, colors), label=f"{objective}, {what}")  # fmt: skip
+                ax.errorbar(
+                    sub["params_non_embedding"],
+                    sub[column],
+                    yerr=None if std is None else std.fillna(0),
+                    marker="o",
+                    capsize=3,
+                    linestyle=style,
+                    color=color_for(objective, colors),
+                    label=f"{objective}, {what}",
+                )
         if baselines is not None and not baselines.empty:
             draw_levels(ax, baseline_levels(baselines, task, probe))
         floor_span(ax)
@@ -262,7 +309,7 @@ def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Pa
         ax.set_xlabel(axis_label("params_non_embedding"))
         ax.set_ylabel(axis_label("score"))
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     figure_legend(fig, legend_of(axes.flat))
     caption = "error bars: std over seeds (none with one seed); best layer chosen on the seed mean"
@@ -273,7 +320,9 @@ def plot_collapse_layers(best_layers: pd.DataFrame, sizes: pd.DataFrame, out: Pa
 PLATEAU_LABEL = "unigram entropy (plateau)"
 
 
-def plateau_levels(checkpoints: pd.DataFrame, loss: str, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[tuple[float, str, str]]:
+def plateau_levels(
+    checkpoints: pd.DataFrame, loss: str, colors: Mapping[str, str] = OBJECTIVE_COLORS
+) -> list[tuple[float, str, str]]:
     """The horizontal line(s) a plot of `loss` draws at the unigram entropy of its targets
     (crossbert_model.plateau; each run's own tokenizer and targets): one black line where every
     objective's runs agree to 0.005 nats, else one per objective in its colour (mean over its runs)."""
@@ -302,8 +351,10 @@ MIN_SCORE_SPAN = 10.0
 def baseline_levels(baselines: pd.DataFrame, task: str, probe: str) -> list[tuple[float, str, str]]:
     """The horizontal lines of a (task, probe) score panel: its baselines (tables.baselines_beside), in points."""
     rows = baselines_beside(baselines, task, probe)
-    return [(float(r.score), baseline_label(r.baseline, r.probe), BASELINE_COLORS.get(r.baseline, UNLISTED_COLOR))
-            for r in rows.itertuples()]  # fmt: skip
+    return [
+        (float(r.score), baseline_label(r.baseline, r.probe), BASELINE_COLORS.get(r.baseline, UNLISTED_COLOR))
+        for r in rows.itertuples()
+    ]
 
 
 def average_levels(baselines: pd.DataFrame, tasks: list[str], probe: str) -> list[tuple[float, str, str]]:
@@ -323,8 +374,13 @@ def floor_span(ax, span: float = MIN_SCORE_SPAN) -> None:
         ax.set_ylim(middle - span / 2, middle + span / 2)
 
 
-def plot_loss_vs_probe(summary: pd.DataFrame, out: Path, checkpoints: pd.DataFrame | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS,
-                       averaged: Mapping[str, list[str]] | None = None) -> list[Plot]:  # fmt: skip
+def plot_loss_vs_probe(
+    summary: pd.DataFrame,
+    out: Path,
+    checkpoints: pd.DataFrame | None = None,
+    colors: Mapping[str, str] = OBJECTIVE_COLORS,
+    averaged: Mapping[str, list[str]] | None = None,
+) -> list[Plot]:
     """Pre-training loss (x) against frozen probe score (y), one point per run (final checkpoint, last layer;
     `summary`: tables.summarise), colour = objective, marker = size. Objectives are put side by side by the
     shared-protocol loss (the same masks, pure [MASK] for MLM, visible-only encoder for CrossBERT); each
@@ -343,18 +399,42 @@ def plot_loss_vs_probe(summary: pd.DataFrame, out: Path, checkpoints: pd.DataFra
     fig, ax = plt.subplots(figsize=(8.5, 5.2), layout="constrained")
     for (objective, size), points in runs.groupby(["objective", "size"]):
         marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)][1]
-        ax.scatter(points[loss_col], points[probe_col], s=46, marker=marker, color=color_for(objective, colors), edgecolor="black", linewidth=0.4)
+        ax.scatter(
+            points[loss_col],
+            points[probe_col],
+            s=46,
+            marker=marker,
+            color=color_for(objective, colors),
+            edgecolor="black",
+            linewidth=0.4,
+        )
     for level, name, color in plateau_levels(checkpoints if checkpoints is not None else pd.DataFrame(), loss_col, colors):
         ax.axvline(level, color=color, ls=(0, (6, 2, 1, 2, 1, 2)), lw=1.2, label=name)
     title = average_title(probe_col, list((averaged or {}).get(probe_col, [])))
-    ax.set_xlabel(axis_label(loss_col) + ("; lower is better" if loss_col == SHARED_LOSS_R50 else "; not comparable across objectives"))
+    ax.set_xlabel(
+        axis_label(loss_col) + ("; lower is better" if loss_col == SHARED_LOSS_R50 else "; not comparable across objectives")
+    )
     ax.set_ylabel(f"{title} ({SCORE_UNIT})")
     ax.grid(alpha=0.3)
-    legend = {objective: Line2D([], [], ls="", marker="o", ms=8, color=color_for(objective, colors)) for objective in sorted(runs["objective"].unique())}
-    legend |= {size: Line2D([], [], ls="", marker=SIZE_STYLES[i % len(SIZE_STYLES)][1], ms=8, color="#555") for i, size in enumerate(sizes)}
+    legend = {
+        objective: Line2D([], [], ls="", marker="o", ms=8, color=color_for(objective, colors))
+        for objective in sorted(runs["objective"].unique())
+    }
+    legend |= {
+        size: Line2D([], [], ls="", marker=SIZE_STYLES[i % len(SIZE_STYLES)][1], ms=8, color="#555")
+        for i, size in enumerate(sizes)
+    }
     legend |= legend_of([ax])
-    ax.legend(list(legend.values()), list(legend), fontsize=LEGEND_FONT, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
-              title="colour: objective\nmarker: size", title_fontsize=LEGEND_FONT)  # fmt: skip
+    ax.legend(
+        list(legend.values()),
+        list(legend),
+        fontsize=LEGEND_FONT,
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+        frameon=False,
+        title="colour: objective\nmarker: size",
+        title_fontsize=LEGEND_FONT,
+    )
     caption = f"one point per run ({len(runs)} runs; final checkpoint, last layer); no error bars: each point is one run"
     fig.suptitle(f"Better pre-training loss, better frozen features?\n{label(loss_col)} against {title}")
     return save_figure(fig, out, "loss_vs_probe", caption)
@@ -364,9 +444,19 @@ SIZE_STYLES = [(":", "v"), ("--", "s"), ("-", "o"), ("-.", "D"), ("-", "^"), ("-
 
 
 def panel_grid(
-    df: pd.DataFrame, x: str, xlabel: str, title: str, out: Path, name: str, panel: tuple = ("task", "probe"), ylabel: str | None = None,
-    log_x: bool = False, levels: dict | None = None, colors: Mapping[str, str] = OBJECTIVE_COLORS, min_span: float | None = None,
-) -> list[Plot]:  # fmt: skip
+    df: pd.DataFrame,
+    x: str,
+    xlabel: str,
+    title: str,
+    out: Path,
+    name: str,
+    panel: tuple = ("task", "probe"),
+    ylabel: str | None = None,
+    log_x: bool = False,
+    levels: dict | None = None,
+    colors: Mapping[str, str] = OBJECTIVE_COLORS,
+    min_span: float | None = None,
+) -> list[Plot]:
     """One panel per (task, probe); a line per (objective, size): colour = objective, line style and
     marker = size (one legend for the figure); error bars by the rule of seed_bands, named in the title.
     `levels`: {panel key: [(y, label, colour)]}, horizontal reference lines (plateau_levels, baseline_levels); `min_span`:
@@ -388,8 +478,17 @@ def panel_grid(
             line = seed_bands(line, [x])
             drawn |= set(line["band"])
             style, marker = SIZE_STYLES[sizes.index(size) % len(SIZE_STYLES)]
-            ax.errorbar(line[x], line["mean"], yerr=error_bars(line), ls=style, marker=marker, ms=4, capsize=2, color=color_for(objective, colors),
-                        label=f"{objective} {size}")  # fmt: skip
+            ax.errorbar(
+                line[x],
+                line["mean"],
+                yerr=error_bars(line),
+                ls=style,
+                marker=marker,
+                ms=4,
+                capsize=2,
+                color=color_for(objective, colors),
+                label=f"{objective} {size}",
+            )
         draw_levels(ax, (levels or {}).get((first, second), []))
         if min_span:
             floor_span(ax, min_span)
@@ -424,23 +523,49 @@ def score_levels(scores: pd.DataFrame, baselines: pd.DataFrame | None) -> dict:
     """{(task, probe): baseline lines} of every score panel."""
     if baselines is None or baselines.empty or scores.empty:
         return {}
-    return {(task, probe): baseline_levels(baselines, task, probe) for task, probe in scores[["task", "probe"]].drop_duplicates().itertuples(index=False)}
+    return {
+        (task, probe): baseline_levels(baselines, task, probe)
+        for task, probe in scores[["task", "probe"]].drop_duplicates().itertuples(index=False)
+    }
 
 
-def plot_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:
+def plot_layerwise(
+    scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None
+) -> list[Plot]:
     final = headline_split(scores[scores["is_main"] & scores["is_final"]])
-    return panel_grid(final, "relative_depth", axis_label("relative_depth"), "Layer-wise frozen probe score (final checkpoints)", out,
-                      "layerwise", colors=colors, levels=score_levels(final, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
+    return panel_grid(
+        final,
+        "relative_depth",
+        axis_label("relative_depth"),
+        "Layer-wise frozen probe score (final checkpoints)",
+        out,
+        "layerwise",
+        colors=colors,
+        levels=score_levels(final, baselines),
+        min_span=MIN_SCORE_SPAN,
+    )
 
 
-def plot_training(scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None) -> list[Plot]:
+def plot_training(
+    scores: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS, baselines: pd.DataFrame | None = None
+) -> list[Plot]:
     last = headline_split(scores[scores["is_main"] & scores["is_last_layer"]])
     if not several_checkpoints(last):
         return []
     plots = []
     for x, (suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(last, x, axis_label(x), "Frozen probe score along training (last layer)", out, f"training{suffix}", log_x=log_x,
-                            colors=colors, levels=score_levels(last, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
+        plots += panel_grid(
+            last,
+            x,
+            axis_label(x),
+            "Frozen probe score along training (last layer)",
+            out,
+            f"training{suffix}",
+            log_x=log_x,
+            colors=colors,
+            levels=score_levels(last, baselines),
+            min_span=MIN_SCORE_SPAN,
+        )
     return plots
 
 
@@ -454,9 +579,19 @@ def plot_losses(checkpoints: pd.DataFrame, out: Path, colors: Mapping[str, str] 
     levels = {(loss, protocol): plateau_levels(checkpoints, loss, colors) for loss, protocol in panels}
     plots = []
     for x, (suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(curves, x, axis_label(x), "Masked-token loss along training (compare objectives by the shared protocol)", out,
-                             f"losses{suffix}", panel=("loss", "protocol"), ylabel="cross-entropy (nats)", log_x=log_x,
-                            levels=levels, colors=colors)  # fmt: skip
+        plots += panel_grid(
+            curves,
+            x,
+            axis_label(x),
+            "Masked-token loss along training (compare objectives by the shared protocol)",
+            out,
+            f"losses{suffix}",
+            panel=("loss", "protocol"),
+            ylabel="cross-entropy (nats)",
+            log_x=log_x,
+            levels=levels,
+            colors=colors,
+        )
     return plots
 
 
@@ -467,16 +602,33 @@ def plot_geometry_training(geo: pd.DataFrame, out: Path, colors: Mapping[str, st
         return []
     plots = []
     for x, (suffix, log_x) in TRAINING_AXES.items():
-        plots += panel_grid(last, x, axis_label(x), "Last-layer representation geometry along training", out, f"geometry_training{suffix}",
-                            panel=("task", "metric"), log_x=log_x, colors=colors)  # fmt: skip
+        plots += panel_grid(
+            last,
+            x,
+            axis_label(x),
+            "Last-layer representation geometry along training",
+            out,
+            f"geometry_training{suffix}",
+            panel=("task", "metric"),
+            log_x=log_x,
+            colors=colors,
+        )
     return plots
 
 
 def plot_geometry_depth(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
     """Each geometry metric against relative depth, a line per (objective, size), final checkpoints."""
     final = geo[geo["is_final"]] if len(geo) else geo
-    return panel_grid(final, "relative_depth", axis_label("relative_depth"), "Representation geometry by layer (final checkpoints)", out,
-                      "geometry_depth", panel=("task", "metric"), colors=colors)  # fmt: skip
+    return panel_grid(
+        final,
+        "relative_depth",
+        axis_label("relative_depth"),
+        "Representation geometry by layer (final checkpoints)",
+        out,
+        "geometry_depth",
+        panel=("task", "metric"),
+        colors=colors,
+    )
 
 
 def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] = OBJECTIVE_COLORS) -> list[Plot]:
@@ -495,7 +647,15 @@ def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] =
         for objective, line in sub.groupby("objective"):
             line = seed_bands(line, ["params_non_embedding"])
             drawn |= set(line["band"])
-            ax.errorbar(line["params_non_embedding"], line["mean"], yerr=error_bars(line), marker="o", capsize=3, color=color_for(objective, colors), label=objective)
+            ax.errorbar(
+                line["params_non_embedding"],
+                line["mean"],
+                yerr=error_bars(line),
+                marker="o",
+                capsize=3,
+                color=color_for(objective, colors),
+                label=objective,
+            )
         log_x_axis(ax)
         ax.set_title(f"{task}: {label(metric)}", fontsize=10)
         ax.set_xlabel(axis_label("params_non_embedding"))
@@ -507,5 +667,3 @@ def plot_geometry_size(geo: pd.DataFrame, out: Path, colors: Mapping[str, str] =
     caption = band_caption(drawn)
     fig.suptitle(f"Last-layer representation geometry vs model size (final checkpoints)\n{caption}")
     return save_figure(fig, out, "geometry_size", caption)
-
-

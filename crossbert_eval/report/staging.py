@@ -52,8 +52,10 @@ def staged_report(folder: EvaluationFolder) -> Iterator[EvaluationFolder]:
 def move_into_place(stage: Path, root: Path, pages: set[str]) -> None:
     """Every file under `stage` renamed onto its place under `root` (folders made first; the `pages` last: a page never
     shows before the tables and plots it names)."""
-    files = sorted((p for p in stage.rglob("*") if not p.is_dir()),
-                   key=lambda p: (p.parent == stage, p.name in pages, p.relative_to(stage).as_posix()))  # fmt: skip
+    files = sorted(
+        (p for p in stage.rglob("*") if not p.is_dir()),
+        key=lambda p: (p.parent == stage, p.name in pages, p.relative_to(stage).as_posix()),
+    )
     for folder in sorted({p.parent for p in files} - {stage}):
         (root / folder.relative_to(stage)).mkdir(parents=True, exist_ok=True)
     for path in files:

@@ -82,7 +82,9 @@ def layer_table(scores: pd.DataFrame) -> pd.DataFrame:
     bands["ci_low"] = bands["mean"] - bands["err_low"]
     bands["ci_high"] = bands["mean"] + bands["err_high"]
     out = bands.rename(columns={"line": "model", "mean": "score"})
-    return out[["model", "task", "probe", "metric", "split", "layer", "relative_depth", "score", "ci_low", "ci_high", "band", "seeds"]]
+    return out[
+        ["model", "task", "probe", "metric", "split", "layer", "relative_depth", "score", "ci_low", "ci_high", "band", "seeds"]
+    ]
 
 
 def plot_model_layers(table: pd.DataFrame, out: Path) -> list[Plot]:
@@ -107,8 +109,16 @@ def plot_model_layers(table: pd.DataFrame, out: Path) -> list[Plot]:
         for model, line in sub.groupby("model"):
             line = line.sort_values(x)
             bars = line.assign(err_low=line["score"] - line["ci_low"], err_high=line["ci_high"] - line["score"])
-            ax.errorbar(line[x] + nudge[model], line["score"], yerr=error_bars(bars), marker="o", ms=4, capsize=3,
-                        color=palette[model], label=model)  # fmt: skip
+            ax.errorbar(
+                line[x] + nudge[model],
+                line["score"],
+                yerr=error_bars(bars),
+                marker="o",
+                ms=4,
+                capsize=3,
+                color=palette[model],
+                label=model,
+            )
         ax.set_title(panel_title(task, probe, sub["metric"].iloc[0]), fontsize=10)
         ax.set_xlabel(axis_label(x))
         ax.set_ylabel(axis_label("score"))
@@ -132,8 +142,10 @@ def _model_colors(models: list[str]) -> dict[str, str]:
 
 def _wide(table: pd.DataFrame) -> pd.DataFrame:
     """The page's table: a row per (model, task, probe), a column per layer, cells "score [low, high]"."""
-    cells = [f"{s:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if b != "none" else "")
-             for s, lo, hi, b in zip(table["score"], table["ci_low"], table["ci_high"], table["band"])]  # fmt: skip
+    cells = [
+        f"{s:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if b != "none" else "")
+        for s, lo, hi, b in zip(table["score"], table["ci_low"], table["ci_high"], table["band"])
+    ]
     wide = table.assign(cell=cells, L=[f"L{int(v)}" for v in table["layer"]])
     wide = wide.pivot_table(index=["model", "task", "probe", "metric"], columns="L", values="cell", aggfunc="first")
     order = sorted(wide.columns, key=lambda c: int(c[1:]))
@@ -146,8 +158,10 @@ def build_store_report(root: str | os.PathLike) -> Path | None:
     root = Path(root)
     path = store_rows_file(root)
     if path is None:
-        raise ReportError(f"{root}: no {RESULTS_FILE} (expected {root / RESULTS_FILE} or {EvaluationFolder(root).results / RESULTS_FILE}); "
-                          "give the --results folder of a probe run, a sweep or a zoo folder")  # fmt: skip
+        raise ReportError(
+            f"{root}: no {RESULTS_FILE} (expected {root / RESULTS_FILE} or {EvaluationFolder(root).results / RESULTS_FILE}); "
+            "give the --results folder of a probe run, a sweep or a zoo folder"
+        )
     rows = [normalise_row(r) for r in read_jsonl(path)]
     table = layer_table(store_scores(rows))
     if table.empty:

@@ -41,8 +41,18 @@ def _score_columns(scores: pd.DataFrame, left_out: Collection[str] = ()):
 def summarise(scores: pd.DataFrame, left_out: Collection[str] = ()) -> pd.DataFrame:
     """Per checkpoint (last layer, main metrics): GLUE linear / kNN averages (without the `left_out` tasks), MTEB averages
     by type."""
-    ids = ["objective", "size", "seed", "step", "total_steps", "is_final", "params_non_embedding", "corpus_tokens", "train_flops",
-           *[c for c in LOSS_COLUMNS if c in scores.columns]]  # fmt: skip
+    ids = [
+        "objective",
+        "size",
+        "seed",
+        "step",
+        "total_steps",
+        "is_final",
+        "params_non_embedding",
+        "corpus_tokens",
+        "train_flops",
+        *[c for c in LOSS_COLUMNS if c in scores.columns],
+    ]
     parts = [sub.groupby(ids, dropna=False)["score"].mean().rename(column) for column, sub in _score_columns(scores, left_out)]
     if not parts:
         return pd.DataFrame()
@@ -112,8 +122,10 @@ def uninformative_tasks(scores: pd.DataFrame, baselines: pd.DataFrame) -> dict[s
         best = rows.groupby(["objective", "size", "probe", "layer"])["score"].mean().max()
         top = float(majority["score_ci_high"].iloc[0])
         if best <= top:
-            out[task] = (f"{task}: always answering the majority class scores {majority['score'].iloc[0]:.1f} "
-                         f"(95% interval up to {top:.1f}); the best model layer scores {best:.1f}: it separates nothing here")  # fmt: skip
+            out[task] = (
+                f"{task}: always answering the majority class scores {majority['score'].iloc[0]:.1f} "
+                f"(95% interval up to {top:.1f}); the best model layer scores {best:.1f}: it separates nothing here"
+            )
     return out
 
 
@@ -149,8 +161,13 @@ def by_size(summary: pd.DataFrame) -> pd.DataFrame:
     final = summary[summary["is_final"]]
     metrics = [c for c in final.columns if c.startswith(("glue_", "mteb_")) or ":" in c or c in LOSS_COLUMNS]
     grouped = final.groupby(["objective", "size", "params_non_embedding", "train_flops"], dropna=False)[metrics]
-    out = (grouped.mean().join(grouped.std().add_suffix("_std")).join(grouped.min().add_suffix("_min"))
-           .join(grouped.max().add_suffix("_max")).join(grouped.size().rename("seeds")))  # fmt: skip
+    out = (
+        grouped.mean()
+        .join(grouped.std().add_suffix("_std"))
+        .join(grouped.min().add_suffix("_min"))
+        .join(grouped.max().add_suffix("_max"))
+        .join(grouped.size().rename("seeds"))
+    )
     # copy() first: the joins leave the wide frame in one block per column, and reset_index's insert (and
     # every later assign) would then warn (pandas' PerformanceWarning)
     return out.copy().reset_index().sort_values(["objective", "params_non_embedding"])
@@ -182,16 +199,30 @@ def plateau_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
         entropy = _number(r.get(unigram_entropy_key(ratio))) if known else np.nan
         off = off_plateau(loss, entropy)
         reliance = [_number(r.get(k)) for k in ("reliance_loss", "reliance_loss_order_blind", "reliance_unigram_entropy")]
-        rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "own_ratio": ratio,
-                     "own_ratio_shared_loss": loss, "unigram_entropy": entropy, "margin": plateau_margin(loss, entropy),
-                     "off_plateau": _yes_no(off),
-                     "order_blind_share": order_blind_share(*reliance) if not np.isnan(reliance).any() else np.nan,
-                     "encoder_carries_context": _yes_no(carries_context(*reliance))})  # fmt: skip
+        rows.append(
+            {
+                "run": r["run"],
+                "objective": r["objective"],
+                "size": r["size"],
+                "seed": r["seed"],
+                "own_ratio": ratio,
+                "own_ratio_shared_loss": loss,
+                "unigram_entropy": entropy,
+                "margin": plateau_margin(loss, entropy),
+                "off_plateau": _yes_no(off),
+                "order_blind_share": order_blind_share(*reliance) if not np.isnan(reliance).any() else np.nan,
+                "encoder_carries_context": _yes_no(carries_context(*reliance)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 RELIANCE_COLUMNS = ("reliance_loss", "reliance_loss_order_blind", "reliance_loss_bypassed", "reliance_unigram_entropy")
-LAYER_RELIANCE = {"identity_share": "identity_share", "swap_pooled": "swap_pooled_change", "swap_neighbour": "swap_neighbour_change"}
+LAYER_RELIANCE = {
+    "identity_share": "identity_share",
+    "swap_pooled": "swap_pooled_change",
+    "swap_neighbour": "swap_neighbour_change",
+}
 
 
 def encoder_reliance_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -204,11 +235,23 @@ def encoder_reliance_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in measured.sort_values([c for c in ("objective", "params_non_embedding", "seed") if c in measured]).iterrows():
         loss, blind, bypassed, entropy = (_number(r.get(c)) for c in RELIANCE_COLUMNS)
-        rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "step": r["step"],
-                     "loss": loss, "loss_order_blind": blind, "loss_bypassed": bypassed, "unigram_entropy": entropy,
-                     "margin": entropy - loss, "order_blind_share": order_blind_share(loss, blind, entropy),
-                     "bypassed_share": order_blind_share(loss, bypassed, entropy),
-                     "encoder_carries_context": _yes_no(carries_context(loss, blind, entropy))})  # fmt: skip
+        rows.append(
+            {
+                "run": r["run"],
+                "objective": r["objective"],
+                "size": r["size"],
+                "seed": r["seed"],
+                "step": r["step"],
+                "loss": loss,
+                "loss_order_blind": blind,
+                "loss_bypassed": bypassed,
+                "unigram_entropy": entropy,
+                "margin": entropy - loss,
+                "order_blind_share": order_blind_share(loss, blind, entropy),
+                "bypassed_share": order_blind_share(loss, bypassed, entropy),
+                "encoder_carries_context": _yes_no(carries_context(loss, blind, entropy)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -222,8 +265,16 @@ def encoder_layers_table(checkpoints: pd.DataFrame) -> pd.DataFrame:
     for _, r in measured.iterrows():
         layer = 0
         while f"identity_share_l{layer}" in r and pd.notna(r[f"identity_share_l{layer}"]):
-            rows.append({"run": r["run"], "objective": r["objective"], "size": r["size"], "seed": r["seed"], "layer": layer,
-                         **{name: _number(r.get(f"{key}_l{layer}")) for key, name in LAYER_RELIANCE.items()}})  # fmt: skip
+            rows.append(
+                {
+                    "run": r["run"],
+                    "objective": r["objective"],
+                    "size": r["size"],
+                    "seed": r["seed"],
+                    "layer": layer,
+                    **{name: _number(r.get(f"{key}_l{layer}")) for key, name in LAYER_RELIANCE.items()},
+                }
+            )
             layer += 1
     return pd.DataFrame(rows)
 
@@ -242,8 +293,10 @@ def several_checkpoints(df: pd.DataFrame) -> bool:
 
 
 # What the report says instead of a sample-efficiency table when no run has a curve to interpolate on.
-ONE_CHECKPOINT_LINE = ("Sample efficiency (corpus tokens each objective needs to reach another's loss) needs several checkpoints "
-                       "per run, to interpolate between; these runs have one each (the sweep config's `checkpoint_fractions` lists the steps kept).")  # fmt: skip
+ONE_CHECKPOINT_LINE = (
+    "Sample efficiency (corpus tokens each objective needs to reach another's loss) needs several checkpoints "
+    "per run, to interpolate between; these runs have one each (the sweep config's `checkpoint_fractions` lists the steps kept)."
+)
 
 
 def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -253,7 +306,9 @@ def loss_curves(checkpoints: pd.DataFrame) -> pd.DataFrame:
     present = [c for c in LOSS_COLUMNS if c in checkpoints.columns]
     ids = ["objective", "size", "seed", "step", "params_non_embedding", *TRAINING_AXES]
     long = checkpoints.drop_duplicates(["run", "step"]).melt(id_vars=ids, value_vars=present, var_name="loss", value_name="score")
-    long = long.dropna(subset=["score"]).assign(protocol=lambda d: np.where(d["loss"] == "val_loss", "native (not comparable across objectives)", "shared protocol"))
+    long = long.dropna(subset=["score"]).assign(
+        protocol=lambda d: np.where(d["loss"] == "val_loss", "native (not comparable across objectives)", "shared protocol")
+    )
     return long
 
 
@@ -272,8 +327,11 @@ def _budget_to_reach(curve: pd.DataFrame, x: str, target: float) -> tuple[float,
     return np.nan, "not reached"
 
 
-def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, plateau: pd.DataFrame | None = None,
-                      ) -> pd.DataFrame:  # fmt: skip
+def sample_efficiency(
+    checkpoints: pd.DataFrame,
+    loss: str = SHARED_LOSS_R50,
+    plateau: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """How many corpus tokens (and FLOPs) each objective needs to reach each reference objective's
     shared-protocol loss at the reference's final checkpoint, per size, on seed-mean curves. ratio > 1:
     the objective needs that many times the reference's tokens (the paper's "2x sample efficiency" of CMS
@@ -296,10 +354,20 @@ def sample_efficiency(checkpoints: pd.DataFrame, loss: str = SHARED_LOSS_R50, pl
                 need = {x: _budget_to_reach(curve, x, ref["score"]) for x in TRAINING_AXES}
                 failing = failing_runs(plateau, size, [reference, other])
                 note = "; ".join(n for n in (need["corpus_tokens"][1], not_comparable(failing) if failing else "") if n)
-                rows.append({"size": size, "reference": reference, "objective": other, "loss": loss, "target": ref["score"],
-                             "reference_tokens": ref["corpus_tokens"], "tokens_needed": need["corpus_tokens"][0],
-                             "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
-                             "flops_ratio": need["train_flops"][0] / ref["train_flops"], "note": note})  # fmt: skip
+                rows.append(
+                    {
+                        "size": size,
+                        "reference": reference,
+                        "objective": other,
+                        "loss": loss,
+                        "target": ref["score"],
+                        "reference_tokens": ref["corpus_tokens"],
+                        "tokens_needed": need["corpus_tokens"][0],
+                        "tokens_ratio": need["corpus_tokens"][0] / ref["corpus_tokens"],
+                        "flops_ratio": need["train_flops"][0] / ref["train_flops"],
+                        "note": note,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -339,12 +407,19 @@ def layer_best(scores: pd.DataFrame) -> pd.DataFrame:
 
     def pick(g: pd.DataFrame) -> pd.Series:
         last, best = g.loc[g["layer"].idxmax()], g.loc[g["mean"].idxmax()]
-        return pd.Series({"last_layer": last["mean"], "last_layer_std": last["std"], "best_layer": int(best["layer"]),
-                          "best": best["mean"], "best_std": best["std"], "seeds": int(last["seeds"])})  # fmt: skip
+        return pd.Series(
+            {
+                "last_layer": last["mean"],
+                "last_layer_std": last["std"],
+                "best_layer": int(best["layer"]),
+                "best": best["mean"],
+                "best_std": best["std"],
+                "seeds": int(last["seeds"]),
+            }
+        )
 
     keys = ["objective", "params_non_embedding", "size", "task", "probe"]
     out = bands.groupby(keys).apply(pick, include_groups=False).reset_index()
     gaps = collapse_gaps(final).groupby(keys)["score"].agg(gap="mean", gap_std="std").reset_index()
     out = out.merge(gaps, on=keys, how="left")
     return out.drop(columns="params_non_embedding").astype({"best_layer": int, "seeds": int})
-

@@ -77,10 +77,19 @@ def mteb_text_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s:
     main = df[df["is_main"]]
     # A task's score: its main metric per split and layer, averaged over subsets.
     keys = ["model", "task_type", "task", "split", "metric", "layer"]
-    per_task = main.groupby(keys, as_index=False, sort=False).agg(
-        value=("value", "mean"), max_length=("max_length", "first"), eval_time_s=("eval_time_s", "first"), data=("data", "first"),
-        as_published=("as_published", "first"), pooling=("pooling", "first"), num_layers=("num_layers", "first"),
-    ).sort_values(["model", "task_type", "task", "split", "metric", "layer"], kind="stable")
+    per_task = (
+        main.groupby(keys, as_index=False, sort=False)
+        .agg(
+            value=("value", "mean"),
+            max_length=("max_length", "first"),
+            eval_time_s=("eval_time_s", "first"),
+            data=("data", "first"),
+            as_published=("as_published", "first"),
+            pooling=("pooling", "first"),
+            num_layers=("num_layers", "first"),
+        )
+        .sort_values(["model", "task_type", "task", "split", "metric", "layer"], kind="stable")
+    )
     per_task["published"] = [published_score(r.task, r.model, r.split) for r in per_task.itertuples()]
     layers = sorted(per_task["layer"].unique())
     lines = []
@@ -105,8 +114,10 @@ def mteb_text_table(rows: list[dict], plan: BenchmarkPlan | None = None, wall_s:
                      f"{published:>6} {diff:>6} {r.max_length:>7} {time_s:>7}  {DATA_FLAGS[r.data]}")  # fmt: skip
     if withheld:
         row = per_task[~per_task["as_published"]].iloc[0]
-        lines.append(f"publ./diff '-': a published score is {row.model} at its last layer ({row.num_layers}) with its own "
-                     "pooling, so it is compared with that setting only")  # fmt: skip
+        lines.append(
+            f"publ./diff '-': a published score is {row.model} at its last layer ({row.num_layers}) with its own "
+            "pooling, so it is compared with that setting only"
+        )
     headline = per_task.groupby(["task", "layer"]).tail(1).copy()  # the last split in sort order (test after validation)
     scope = f" that ran (of {plan.size}; NOT a {plan.name} score)" if plan is not None else ""
     lines.append("")

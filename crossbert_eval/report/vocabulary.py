@@ -17,46 +17,53 @@ SCORE_UNIT = "points"
 LOSS_UNIT = "nats"
 ENTROPY_UNIT = "nats"  # the geometry's entropies, like the losses, are natural-log
 
-PROBE_LABELS: Mapping[str, str] = MappingProxyType({
-    "linear": "linear probe", "knn": "kNN probe", "mteb": "MTEB", "cosine": "cosine similarity",
-})  # fmt: skip
+PROBE_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "linear": "linear probe",
+        "knn": "kNN probe",
+        "mteb": "MTEB",
+        "cosine": "cosine similarity",
+    }
+)
 
 # Column name -> (human name, unit or None). Columns absent here are shown by their own name (label()).
-COLUMNS: Mapping[str, tuple[str, str | None]] = MappingProxyType({
-    "glue_linear": ("GLUE average, linear probe", SCORE_UNIT),
-    "glue_knn": ("GLUE average, kNN probe", SCORE_UNIT),
-    "mteb_avg": ("MTEB average", SCORE_UNIT),
-    "mteb_sts": ("MTEB STS average", SCORE_UNIT),
-    "mteb_classification": ("MTEB classification average", SCORE_UNIT),
-    "mteb_clustering": ("MTEB clustering average", SCORE_UNIT),
-    "mteb_retrieval": ("MTEB retrieval average", SCORE_UNIT),
-    "score": ("score", SCORE_UNIT),
-    "val_loss": ("native validation loss (each objective's own task)", LOSS_UNIT),
-    "shared_loss_r15": ("shared-protocol loss, r = 0.15", LOSS_UNIT),
-    "shared_loss_r50": ("shared-protocol loss, r = 0.5", LOSS_UNIT),
-    "params_non_embedding": ("non-embedding parameters", "log"),
-    "train_flops": ("training compute", "FLOPs, log"),
-    "corpus_tokens": ("training tokens", "corpus tokens read"),
-    "relative_depth": ("relative depth", "layer / layers; 0 = embeddings"),
-    "layer": ("layer", "0 = embeddings"),
-    "objective": ("objective", None),
-    "size": ("size", None),
-    "seeds": ("seeds", None),
-    # the comparison table (noise.COMPARISON_COLUMNS): its sides in the order of the row's label, "first - second"
-    "first_mean": ("first: mean", SCORE_UNIT),
-    "second_mean": ("second: mean", SCORE_UNIT),
-    "first_seeds": ("first: seeds", None),
-    "second_seeds": ("second: seeds", None),
-    "diff": ("first - second", SCORE_UNIT),
-    # representation geometry (crossbert_eval.geometry.METRICS)
-    "effective_rank": ("effective rank (RankMe)", None),
-    "effective_rank_centred": ("effective rank, centred features", None),
-    "anisotropy": ("anisotropy (mean cosine between examples)", None),
-    "uniformity": ("uniformity (t = 2; lower: more spread)", None),
-    "dataset_entropy": ("dataset entropy", ENTROPY_UNIT),
-    "dataset_entropy_centred": ("dataset entropy, centred features", ENTROPY_UNIT),
-    "dataset_entropy_normalised": ("dataset entropy / log min(n, d)", None),
-})  # fmt: skip
+COLUMNS: Mapping[str, tuple[str, str | None]] = MappingProxyType(
+    {
+        "glue_linear": ("GLUE average, linear probe", SCORE_UNIT),
+        "glue_knn": ("GLUE average, kNN probe", SCORE_UNIT),
+        "mteb_avg": ("MTEB average", SCORE_UNIT),
+        "mteb_sts": ("MTEB STS average", SCORE_UNIT),
+        "mteb_classification": ("MTEB classification average", SCORE_UNIT),
+        "mteb_clustering": ("MTEB clustering average", SCORE_UNIT),
+        "mteb_retrieval": ("MTEB retrieval average", SCORE_UNIT),
+        "score": ("score", SCORE_UNIT),
+        "val_loss": ("native validation loss (each objective's own task)", LOSS_UNIT),
+        "shared_loss_r15": ("shared-protocol loss, r = 0.15", LOSS_UNIT),
+        "shared_loss_r50": ("shared-protocol loss, r = 0.5", LOSS_UNIT),
+        "params_non_embedding": ("non-embedding parameters", "log"),
+        "train_flops": ("training compute", "FLOPs, log"),
+        "corpus_tokens": ("training tokens", "corpus tokens read"),
+        "relative_depth": ("relative depth", "layer / layers; 0 = embeddings"),
+        "layer": ("layer", "0 = embeddings"),
+        "objective": ("objective", None),
+        "size": ("size", None),
+        "seeds": ("seeds", None),
+        # the comparison table (noise.COMPARISON_COLUMNS): its sides in the order of the row's label, "first - second"
+        "first_mean": ("first: mean", SCORE_UNIT),
+        "second_mean": ("second: mean", SCORE_UNIT),
+        "first_seeds": ("first: seeds", None),
+        "second_seeds": ("second: seeds", None),
+        "diff": ("first - second", SCORE_UNIT),
+        # representation geometry (crossbert_eval.geometry.METRICS)
+        "effective_rank": ("effective rank (RankMe)", None),
+        "effective_rank_centred": ("effective rank, centred features", None),
+        "anisotropy": ("anisotropy (mean cosine between examples)", None),
+        "uniformity": ("uniformity (t = 2; lower: more spread)", None),
+        "dataset_entropy": ("dataset entropy", ENTROPY_UNIT),
+        "dataset_entropy_centred": ("dataset entropy, centred features", ENTROPY_UNIT),
+        "dataset_entropy_normalised": ("dataset entropy / log min(n, d)", None),
+    }
+)
 
 
 def label(column: str) -> str:
@@ -91,7 +98,9 @@ def panel_title(task: str, probe: str, metric: str | None = None) -> str:
 def average_title(column: str, tasks: list[str]) -> str:
     """A panel of an average column, titled by what it holds: one task is named as itself, several are counted."""
     if len(tasks) == 1:
-        source = "MTEB" if column.startswith("mteb_") else probe_label(column.split("_", 1)[1]) if column.startswith("glue_") else ""
+        source = (
+            "MTEB" if column.startswith("mteb_") else probe_label(column.split("_", 1)[1]) if column.startswith("glue_") else ""
+        )
         return f"{tasks[0]} ({source})" if source else tasks[0]
     return f"{label(column)} over {len(tasks)} tasks" if tasks else label(column)
 

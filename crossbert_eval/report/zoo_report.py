@@ -24,12 +24,50 @@ from crossbert_model.readers import read_jsonl, read_text
 from ..results import ResultsStore
 from ..folder_layout import ZooDir
 from .loading import GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, with_probe_variants
-from .markdown import averages_sentence, baselines_section, centring_section, duplicates_warning, markdown_table, page_ending, plot_section, render_html, with_baseline_rows
+from .markdown import (
+    averages_sentence,
+    baselines_section,
+    centring_section,
+    duplicates_warning,
+    markdown_table,
+    page_ending,
+    plot_section,
+    render_html,
+    with_baseline_rows,
+)
 from .noise import band_caption, comparisons, methods_paragraph, noise_paragraph, seed_bands, verdict_lines, verdict_summary
-from .plots import (MIN_SCORE_SPAN, OBJECTIVE_COLORS, Plot, baseline_levels, check_plot_names, color_for, draw_levels, error_bars, figure_legend,
-                    floor_span, label_points, legend_of, log_x_axis, panel_grid, score_levels, plot_geometry_depth, plot_geometry_size, pyplot, save_figure, size_points)  # fmt: skip
+from .plots import (
+    MIN_SCORE_SPAN,
+    OBJECTIVE_COLORS,
+    Plot,
+    baseline_levels,
+    check_plot_names,
+    color_for,
+    draw_levels,
+    error_bars,
+    figure_legend,
+    floor_span,
+    label_points,
+    legend_of,
+    log_x_axis,
+    panel_grid,
+    score_levels,
+    plot_geometry_depth,
+    plot_geometry_size,
+    pyplot,
+    save_figure,
+    size_points,
+)
 from .staging import staged_report, write_table
-from .tables import averaged_tasks, baseline_rows, geometry_seed_table, layer_best, redundant_averages, summarise, uninformative_tasks
+from .tables import (
+    averaged_tasks,
+    baseline_rows,
+    geometry_seed_table,
+    layer_best,
+    redundant_averages,
+    summarise,
+    uninformative_tasks,
+)
 from .vocabulary import axis_label, panel_title
 
 log = logging.getLogger("crossbert.zoo")
@@ -53,8 +91,24 @@ def _join(root: Path, rows: list[dict], geometry: bool) -> pd.DataFrame:
     if models.empty or results.empty or "probe" not in results.columns:
         return pd.DataFrame()
     results = results[(results["probe"] == GEOMETRY_PROBE) == geometry]
-    keep = ["model_fingerprint", "task", "family", "split", "probe", "feature_transform", "layer", "relative_depth", "pooling", "metric",
-            "value", "is_main", "ci_low", "ci_high", "n_eval", "unit"]  # fmt: skip
+    keep = [
+        "model_fingerprint",
+        "task",
+        "family",
+        "split",
+        "probe",
+        "feature_transform",
+        "layer",
+        "relative_depth",
+        "pooling",
+        "metric",
+        "value",
+        "is_main",
+        "ci_low",
+        "ci_high",
+        "n_eval",
+        "unit",
+    ]
     results = with_probe_variants(results[[c for c in keep if c in results.columns]])
     if results.empty:
         return pd.DataFrame()
@@ -85,8 +139,19 @@ def zoo_geometry(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     return headline_split(geo)
 
 
-MODEL_COLUMNS = ["objective", "size", "checkpoint", "model_kind", "pooling", "pooling_source", "layers", "hidden_size", "params_total",
-                 "params_embedding", "params_non_embedding"]  # fmt: skip
+MODEL_COLUMNS = [
+    "objective",
+    "size",
+    "checkpoint",
+    "model_kind",
+    "pooling",
+    "pooling_source",
+    "layers",
+    "hidden_size",
+    "params_total",
+    "params_embedding",
+    "params_non_embedding",
+]
 DISPLAY = {"objective": "family", "size": "model"}
 
 
@@ -146,7 +211,9 @@ def family_palette(families) -> dict[str, str]:
     return {**OBJECTIVE_COLORS, **own}
 
 
-def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None) -> list[Plot]:
+def plot_zoo_collapse(
+    scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None
+) -> list[Plot]:
     """One panel per (task, probe): score against non-embedding parameters (log), one line per family; the
     last layer solid (with its bootstrap interval), the best layer of each model dashed."""
     plt = pyplot()
@@ -167,10 +234,26 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
             per_layer = seed_bands(fam, ["params_non_embedding", "size", "layer"])
             best = per_layer.loc[per_layer.groupby("size")["mean"].idxmax()].sort_values("params_non_embedding")
             drawn |= set(last["band"])
-            ax.errorbar(last["params_non_embedding"], last["mean"], yerr=error_bars(last), marker="o", ms=4, capsize=2, color=color,
-                        label=f"{family}: last layer")  # fmt: skip
-            ax.plot(best["params_non_embedding"], best["mean"], ls="--", marker="x", ms=4, color=color, alpha=0.7,
-                    label=f"{family}: best layer")  # fmt: skip
+            ax.errorbar(
+                last["params_non_embedding"],
+                last["mean"],
+                yerr=error_bars(last),
+                marker="o",
+                ms=4,
+                capsize=2,
+                color=color,
+                label=f"{family}: last layer",
+            )
+            ax.plot(
+                best["params_non_embedding"],
+                best["mean"],
+                ls="--",
+                marker="x",
+                ms=4,
+                color=color,
+                alpha=0.7,
+                label=f"{family}: best layer",
+            )
             points += size_points(last, "params_non_embedding", "mean")
         if baselines is not None and not baselines.empty:
             draw_levels(ax, baseline_levels(baselines, task, probe))
@@ -185,18 +268,30 @@ def plot_zoo_collapse(scores: pd.DataFrame, out: Path, colors: Mapping[str, str]
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     legend = legend_of(axes.flat)
-    names = sorted(legend, key=lambda name: (name.rsplit(": ", 1)[0], name.endswith("best layer")))  # a family's two lines together
+    names = sorted(
+        legend, key=lambda name: (name.rsplit(": ", 1)[0], name.endswith("best layer"))
+    )  # a family's two lines together
     figure_legend(fig, {name: legend[name] for name in names})
     caption = band_caption(drawn) + "; dashed: each model's best layer (chosen on the reported split)"
     fig.suptitle(f"Frozen probe score vs model size, one line per family (last layer solid, best layer dashed)\n{caption}")
     return save_figure(fig, out, "collapse", caption)
 
 
-def plot_zoo_layerwise(scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None) -> list[Plot]:
+def plot_zoo_layerwise(
+    scores: pd.DataFrame, out: Path, colors: Mapping[str, str], baselines: pd.DataFrame | None = None
+) -> list[Plot]:
     main = headline_split(scores[scores["is_main"]]) if len(scores) else scores
-    return panel_grid(_plot_names(main), "relative_depth", axis_label("relative_depth"),
-                      "Layer-wise frozen probe score by relative depth (colour: family)", out, "layerwise", colors=colors,
-                      levels=score_levels(main, baselines), min_span=MIN_SCORE_SPAN)  # fmt: skip
+    return panel_grid(
+        _plot_names(main),
+        "relative_depth",
+        axis_label("relative_depth"),
+        "Layer-wise frozen probe score by relative depth (colour: family)",
+        out,
+        "layerwise",
+        colors=colors,
+        levels=score_levels(main, baselines),
+        min_span=MIN_SCORE_SPAN,
+    )
 
 
 # Each plot of a zoo report by name, with the function that draws it.
@@ -225,25 +320,43 @@ def build_zoo_report(root: str | os.PathLike, plots: Collection[str] | None = No
     baselines = load_baselines(root)
     uninformative = uninformative_tasks(scores, baselines)
     tables = {
-        "models": models_table(root), "scores": scores, "summary": zoo_summary(scores, uninformative), "last_vs_best": last_vs_best(scores),
+        "models": models_table(root),
+        "scores": scores,
+        "summary": zoo_summary(scores, uninformative),
+        "last_vs_best": last_vs_best(scores),
         "baselines": baselines,
-        "comparisons": comparisons(scores, None, ResultsStore(ZooDir(root).results).load_predictions),  # depth only: one seed per model
+        "comparisons": comparisons(
+            scores, None, ResultsStore(ZooDir(root).results).load_predictions
+        ),  # depth only: one seed per model
         "geometry": zoo_geometry_table(geo),
-    }  # fmt: skip
+    }
     with staged_report(ZooDir(root)) as stage:  # every file whole, or the previous report untouched (staging)
         _write_zoo_report(root, stage, rows, scores, geo, baselines, uninformative, tables, plots)
     return ZooDir(root).report
 
 
-def _write_zoo_report(root: Path, stage: ZooDir, rows: list[dict], scores: pd.DataFrame, geo: pd.DataFrame, baselines: pd.DataFrame,
-                      uninformative: dict, tables: dict, plots: Collection[str] | None) -> None:  # fmt: skip
+def _write_zoo_report(
+    root: Path,
+    stage: ZooDir,
+    rows: list[dict],
+    scores: pd.DataFrame,
+    geo: pd.DataFrame,
+    baselines: pd.DataFrame,
+    uninformative: dict,
+    tables: dict,
+    plots: Collection[str] | None,
+) -> None:
     """The tables, plots and pages of the zoo `root`, written into `stage`, the folder staged_report moves into place."""
     for name, df in tables.items():
         write_table(df, stage.tables, name)
-    data = SimpleNamespace(scores=scores, geo=geo, colors=family_palette(scores["objective"]), baselines=baselines, out=stage.plots)
+    data = SimpleNamespace(
+        scores=scores, geo=geo, colors=family_palette(scores["objective"]), baselines=baselines, out=stage.plots
+    )
     drawn = [plot for name, draw in ZOO_PLOTS.items() if plots is None or name in plots for plot in draw(data)]
     summary_columns = [c for c in summarise(scores, uninformative).columns if c.startswith(("glue_", "mteb_")) or ":" in c]
-    tables["baseline_rows"] = baseline_rows(summary_columns, baselines, averaged_tasks(scores, uninformative)).rename(columns=DISPLAY)
+    tables["baseline_rows"] = baseline_rows(summary_columns, baselines, averaged_tasks(scores, uninformative)).rename(
+        columns=DISPLAY
+    )
     tables["uninformative"] = uninformative
     tables["averaged"] = averaged_tasks(scores, uninformative)
     tables["redundant"] = redundant_averages(tables["averaged"])
@@ -289,7 +402,11 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         *baselines_section(tables.get("baselines", pd.DataFrame()), tables.get("uninformative", {})),
         "## Last layer, per model",
         "",
-        markdown_table(with_baseline_rows(summary, tables.get("baseline_rows", pd.DataFrame())).drop(columns=tables.get("redundant", []), errors="ignore")),
+        markdown_table(
+            with_baseline_rows(summary, tables.get("baseline_rows", pd.DataFrame())).drop(
+                columns=tables.get("redundant", []), errors="ignore"
+            )
+        ),
         "",
         averages_sentence(tables.get("averaged", {}), tables.get("redundant", [])),
         "",
@@ -308,12 +425,23 @@ def render_zoo_markdown(root: Path, tables: dict, plots: list[Plot], warning: st
         "",
         noise_paragraph(tables["comparisons"], NO_ZOO_COMPARISONS),
         "",
-        *(["## Representation geometry (last layer)", "", *centring_section(geometry, "value"),
-           markdown_table(geometry, floatfmt="{:.4f}"), ""] if len(geometry) else []),
-        *page_ending(root, config, provenance(),
-                     "Tables: `tables/models.csv`, `tables/scores.csv` (every score row joined with its model), `tables/summary.csv`, "
-                     "`tables/last_vs_best.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet)."),
+        *(
+            [
+                "## Representation geometry (last layer)",
+                "",
+                *centring_section(geometry, "value"),
+                markdown_table(geometry, floatfmt="{:.4f}"),
+                "",
+            ]
+            if len(geometry)
+            else []
+        ),
+        *page_ending(
+            root,
+            config,
+            provenance(),
+            "Tables: `tables/models.csv`, `tables/scores.csv` (every score row joined with its model), `tables/summary.csv`, "
+            "`tables/last_vs_best.csv`, `tables/comparisons.csv`, `tables/geometry.csv` (also as parquet).",
+        ),
     ]
     return "\n".join(parts) + "\n"
-
-

@@ -18,7 +18,24 @@ from .schema import FAMILIES, ColumnsSpec, DataSpec, MtebSpec, TaskSpec
 from .task import BeirSplit, Split, Task
 
 __all__ = [
-    "BeirSplit", "ColumnsSpec", "DataSpec", "FAMILIES", "MtebSpec", "ReadOptions", "Split", "Task", "TaskDataMissing",
-    "TaskError", "TaskSpec", "all_tasks", "broken_tasks", "format_names", "get_task", "parse_task_file",
-    "register_format", "resolve_tasks", "task_listing", "tasks_dir",
-]  # fmt: skip
+    "BeirSplit",
+    "ColumnsSpec",
+    "DataSpec",
+    "FAMILIES",
+    "MtebSpec",
+    "ReadOptions",
+    "Split",
+    "Task",
+    "TaskDataMissing",
+    "TaskError",
+    "TaskSpec",
+    "all_tasks",
+    "broken_tasks",
+    "format_names",
+    "get_task",
+    "parse_task_file",
+    "register_format",
+    "resolve_tasks",
+    "task_listing",
+    "tasks_dir",
+]

@@ -86,8 +86,11 @@ def _read_delimited(text: str, path: Path, options: ReadOptions) -> list[Row]:
     """TSV / CSV; GLUE / STS TSVs contain bare quotes, so TSV reads with quoting disabled (MANIFEST.md)."""
     fmt = options.format
     quoting = options.quoting or ("none" if fmt == "tsv" else "minimal")
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter_for(fmt, options.delimiter),
-                        quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)  # fmt: skip
+    reader = csv.reader(
+        io.StringIO(text),
+        delimiter=delimiter_for(fmt, options.delimiter),
+        quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL,
+    )
     header = options.header
     fields = list(options.fields or [])
     optional = list(options.optional_fields or [])
@@ -129,7 +132,7 @@ def _read_jsonl(text: str, path: Path, options: ReadOptions) -> list[Row]:
 
 @register_format("label_first")
 def _read_label_first(text: str, path: Path, options: ReadOptions) -> list[Row]:
-    """"label text ..." per line (SentEval's TREC files): fields `label` and `text`."""
+    """ "label text ..." per line (SentEval's TREC files): fields `label` and `text`."""
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -149,8 +152,9 @@ def _csv_records(reader, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]
         except StopIteration:
             return
         except csv.Error as e:
-            raise TaskError(f"{path}:{reader.line_num}: not a valid {fmt.upper()} line ({e}); check the file, "
-                            "data.delimiter and data.quoting") from None  # fmt: skip
+            raise TaskError(
+                f"{path}:{reader.line_num}: not a valid {fmt.upper()} line ({e}); check the file, data.delimiter and data.quoting"
+            ) from None
         yield reader.line_num, record
 
 

@@ -162,8 +162,10 @@ def task_listing(root: str | os.PathLike | None = None) -> tuple[list[str], dict
     # one thread a task: decompressing (.xz, .gz) releases the GIL, so the big files count side by side
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         sizes = list(pool.map(lambda task: _split_sizes(task, root), (task for _, task in ordered)))
-    lines = [f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(size)}"
-             for (name, task), size in zip(ordered, sizes)]  # fmt: skip
+    lines = [
+        f"{task.family:15} {name:40} {task.input:6} {','.join(task.default_probes):18} {' '.join(size)}"
+        for (name, task), size in zip(ordered, sizes)
+    ]
     for name, bad in sorted(registry.broken.items()):
         lines.append(f"{'BROKEN':15} {name:40} {bad.error}")
     return lines, {name: str(bad.error) for name, bad in registry.broken.items()}

@@ -287,8 +287,10 @@ def _check_inside_root(spec: TaskSpec, path: Path) -> None:
     reads += [(f"data.{key}", [local, getattr(spec.data, key)]) for key in ("corpus", "queries") if getattr(spec.data, key)]
     for where, parts in reads + _split_parts(spec):
         if _leaves_root(parts):
-            raise TaskError(f"{path}: {where} reads {os.path.join(*parts)!r}, outside the data root "
-                            "(an absolute path or '..'); task data must lie under the data root (--data-root)")  # fmt: skip
+            raise TaskError(
+                f"{path}: {where} reads {os.path.join(*parts)!r}, outside the data root "
+                "(an absolute path or '..'); task data must lie under the data root (--data-root)"
+            )
 
 
 def _split_parts(spec: TaskSpec) -> list[tuple[str, list[str]]]:
@@ -318,8 +320,10 @@ def _check_train_apart(spec: TaskSpec, path: Path) -> None:
         shared = train & _split_sources(spec, split) if split in spec.splits else set()
         if split == spec.train_split or shared:
             files = ", ".join(sorted(f for source in shared for f in source[0])) or f"split {split!r}"
-            raise TaskError(f"{path}: the training split {spec.train_split!r} and the evaluation split {split!r} "
-                            f"read the same data ({files}); a probe must be evaluated on data it was not trained on")  # fmt: skip
+            raise TaskError(
+                f"{path}: the training split {spec.train_split!r} and the evaluation split {split!r} "
+                f"read the same data ({files}); a probe must be evaluated on data it was not trained on"
+            )
 
 
 def _split_sources(spec: TaskSpec, split: str) -> set[tuple]:

@@ -114,7 +114,9 @@ class Task(TaskSpec):
 
     def _lines_are_examples(self, split: str) -> bool:
         data = self.data
-        plain_entries = all(not isinstance(e, SplitFileSpec) or (e.paste is None and e.select is None) for e in self._split_entries(split))
+        plain_entries = all(
+            not isinstance(e, SplitFileSpec) or (e.paste is None and e.select is None) for e in self._split_entries(split)
+        )
         unfiltered = not (data.drop_unlabelled or data.drop_labels or self.drop_empty_text)
         unquoted = data.format != "tsv" or (data.quoting or "none") == "none"
         holdout = bool(self.holdout and split in (self.holdout.train, self.holdout.test))
@@ -293,10 +295,13 @@ class Task(TaskSpec):
         the task's data.format / data.fields / data.optional_fields for this file."""
         data = self.data
         options = ReadOptions(
-            format=fmt or data.format, header=data.header, delimiter=data.delimiter, quoting=data.quoting,
+            format=fmt or data.format,
+            header=data.header,
+            delimiter=data.delimiter,
+            quoting=data.quoting,
             fields=fields if fields is not None else data.fields,
             optional_fields=optional if optional is not None else data.optional_fields,
-        )  # fmt: skip
+        )
         return read_rows(path, options, data.encoding)
 
     def _to_split(self, rows: list[Row], split: str, where: str, root: Path | None) -> Split:
@@ -313,7 +318,9 @@ class Task(TaskSpec):
             if raw_label in ("", None):
                 if self.data.drop_unlabelled:
                     continue
-                raise TaskError(f"{where}:{lineno}: empty label in column {cols.label!r} (set data.drop_unlabelled for unscored pairs)")
+                raise TaskError(
+                    f"{where}:{lineno}: empty label in column {cols.label!r} (set data.drop_unlabelled for unscored pairs)"
+                )
             if self.data.drop_labels and str(raw_label) in {str(v) for v in self.data.drop_labels}:
                 continue
             if cols.label_before is not None:
@@ -333,7 +340,9 @@ class Task(TaskSpec):
         if not texts:
             raise TaskError(f"{where}: split {split!r} of task {self.name} is empty")
         labels = np.asarray(labels, dtype=np.float64 if self.is_regression else np.int64)
-        check_metric_defined(labels, self.is_regression, split == self.train_split, f"{where}: split {split!r} of task {self.name}")
+        check_metric_defined(
+            labels, self.is_regression, split == self.train_split, f"{where}: split {split!r} of task {self.name}"
+        )
         return Split(
             texts=texts,
             labels=labels,
@@ -417,7 +426,6 @@ class Task(TaskSpec):
         if cols:  # the hub copy may name columns differently
             rows = [(i, {**r, **{ours: r[theirs] for ours, theirs in cols.items()}}) for i, r in rows]
         return self._to_split(rows, split, f"hub:{hub.path}", None)
-
 
 
 # Formats whose every non-blank line is one record (tsv read without quoting: a quote never spans lines)

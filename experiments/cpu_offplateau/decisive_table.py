@@ -40,8 +40,10 @@ def mean_std(values: pd.Series) -> str:
 def score_table(scores: pd.DataFrame, objectives: list[str]) -> list[str]:
     main = scores[scores["is_main"] & scores["is_final"]]
     last = int(main["layer"].max())
-    lines = ["| score | " + " | ".join(f"{o} L0 | {o} L{last}" for o in objectives) + " |",
-             "|---|" + "---|---|" * len(objectives)]  # fmt: skip
+    lines = [
+        "| score | " + " | ".join(f"{o} L0 | {o} L{last}" for o in objectives) + " |",
+        "|---|" + "---|---|" * len(objectives),
+    ]
     for task, probe, label in ROWS:
         cells = []
         for objective in objectives:
@@ -54,8 +56,10 @@ def score_table(scores: pd.DataFrame, objectives: list[str]) -> list[str]:
 def comparison_table(comparisons: pd.DataFrame, comparison: str) -> list[str]:
     rows = comparisons[comparisons["comparison"] == comparison]
     first, second = comparison.split(" - ", 1)  # the label's sides, in its order (noise.SIDES)
-    lines = [f"| task | probe | {first} | {second} | {first} - {second} | Welch p | BH-adjusted p | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| task | probe | {first} | {second} | {first} - {second} | Welch p | BH-adjusted p | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for task, probe, _ in ROWS:
         for r in rows[(rows["task"] == task) & (rows["probe"] == probe)].itertuples():
             p = "-" if pd.isna(r.p_value) else f"{r.p_value:.3g}"

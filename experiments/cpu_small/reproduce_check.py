@@ -38,11 +38,15 @@ def main() -> int:
     parser.add_argument("--reference", type=Path, default=Path(__file__).resolve().parents[2] / "results" / "cpu_small")
     args = parser.parse_args()
     table = deviations(final_scores(args.rerun), final_scores(args.reference))
-    print("| run | scores | identical | max abs difference (points) | median in seed stds | max in seed stds | beyond 2 seed stds |")
+    print(
+        "| run | scores | identical | max abs difference (points) | median in seed stds | max in seed stds | beyond 2 seed stds |"
+    )
     print("|---|---|---|---|---|---|---|")
     for run, rows in table.groupby("run"):
-        print(f"| {run} | {len(rows)} | {int((rows['difference'].abs() < 1e-9).sum())} | {rows['difference'].abs().max():.2f} | "
-              f"{rows['in_seed_stds'].median():.2f} | {rows['in_seed_stds'].max():.2f} | {int((rows['in_seed_stds'] > 2).sum())} |")
+        print(
+            f"| {run} | {len(rows)} | {int((rows['difference'].abs() < 1e-9).sum())} | {rows['difference'].abs().max():.2f} | "
+            f"{rows['in_seed_stds'].median():.2f} | {rows['in_seed_stds'].max():.2f} | {int((rows['in_seed_stds'] > 2).sum())} |"
+        )
     columns = ["run", "task", "probe", "layer", "reference", "score", "difference", "seed_std", "in_seed_stds"]
     print("\nLargest differences against the seed spread:\n")
     print("| " + " | ".join(columns) + " |")

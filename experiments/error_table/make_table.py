@@ -6,6 +6,7 @@ real second trainer), with its exit code, stderr and what it left on disk.
 
 Needs root (mount, chattr) and the real data root; scratch under $ERROR_TABLE_SCRATCH (default
 /tmp/error_table). The test suite checks the same cases in-process; this is the real-process view."""
+
 import contextlib, json, os, re, shlex, shutil, signal, subprocess, sys, time
 from pathlib import Path
 
@@ -20,8 +21,14 @@ from crossbert_model.utils import data_root  # noqa: E402
 
 PY = sys.executable
 OUT = SCRATCH / "cases"
-corpus_args = DataArgs(corpus=str(data_root() / "wikipedia_en_2015"), vocab_size=2048, seq_len=64, max_documents=150,
-                       val_fraction=0.05, cache_dir=str(SCRATCH / "cache"))
+corpus_args = DataArgs(
+    corpus=str(data_root() / "wikipedia_en_2015"),
+    vocab_size=2048,
+    seq_len=64,
+    max_documents=150,
+    val_fraction=0.05,
+    cache_dir=str(SCRATCH / "cache"),
+)
 prepare_data(corpus_args)
 only = sys.argv[1:]
 
@@ -109,9 +116,11 @@ def two_trainers(t, env, argv):
     _, first_err = first.communicate()
     again = crossbert(argv, env)
     steps = [json.loads(l)["step"] for l in (t / "runs" / "cli" / "metrics.jsonl").read_text().splitlines()]
-    extra = (f" || first trainer, SIGTERM: exit {first.returncode}, {first_err.strip().splitlines()[-1] if first_err.strip() else ''!r}"
-             f" || same command again: exit {again.returncode}; metrics.jsonl steps {steps[0]}..{steps[-1]}, {len(steps)} rows, "
-             f"{len(set(steps))} distinct")
+    extra = (
+        f" || first trainer, SIGTERM: exit {first.returncode}, {first_err.strip().splitlines()[-1] if first_err.strip() else ''!r}"
+        f" || same command again: exit {again.returncode}; metrics.jsonl steps {steps[0]}..{steps[-1]}, {len(steps)} rows, "
+        f"{len(set(steps))} distinct"
+    )
     return second.returncode, second.stderr.strip() + extra, left_behind(t)
 
 

@@ -104,8 +104,11 @@ def main(checkpoints: list[str]) -> None:
         name = "/".join(Path(path).parts[-3::2])  # run/step_N
         rows.append(f"| {name} | {embeddings:.1f} | " + " | ".join(cells) + f" | {attention[0]} | {attention[1]} |")
     layers = len(cells)
-    print("| checkpoint | embeddings: centred PR | " + " | ".join(f"layer {i}: PR / self top-1" for i in range(layers))
-          + " | predictor attention at distance <= 1 | most attended offsets |")
+    print(
+        "| checkpoint | embeddings: centred PR | "
+        + " | ".join(f"layer {i}: PR / self top-1" for i in range(layers))
+        + " | predictor attention at distance <= 1 | most attended offsets |"
+    )
     print("|---" * (layers + 4) + "|")
     print("\n".join(rows))
 

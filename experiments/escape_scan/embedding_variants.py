@@ -65,13 +65,18 @@ def main() -> None:
     changed = {k: v for k, v in vars(args).items() if k.startswith("embedding_") and v is not None}
     label = "-".join(f"{k.removeprefix('embedding_').replace('_', '-')}{v:g}" for k, v in changed.items()) or "default"
     cfg = TrainConfig(
-        name=f"{args.objective}-{args.preset}-{label}-{args.steps}-s{args.seed}", out_dir=args.out_dir, seed=args.seed,
-        steps=args.steps, batch_size=32,
+        name=f"{args.objective}-{args.preset}-{label}-{args.steps}-s{args.seed}",
+        out_dir=args.out_dir,
+        seed=args.seed,
+        steps=args.steps,
+        batch_size=32,
         model=ModelArgs(preset=args.preset, objective=args.objective, mask_ratio=0.5 if args.objective == "crossbert" else 0.15),
         optim=OptimArgs(lr=2e-3, warmup_steps=50),
-        data=DataArgs(corpus=str(data_root() / "wikipedia_en_2015"), tokenizer="train", vocab_size=4096, seq_len=128,
-                      cache_dir="runs/cache"),
-        dtype="bf16", resume=False,
+        data=DataArgs(
+            corpus=str(data_root() / "wikipedia_en_2015"), tokenizer="train", vocab_size=4096, seq_len=128, cache_dir="runs/cache"
+        ),
+        dtype="bf16",
+        resume=False,
     )
     trainer = Trainer(cfg)
     model = trainer.hf_model
@@ -90,11 +95,25 @@ def main() -> None:
         out = trainer.train_step(step, trainer.host_batch(step))
         if step % TRAJECTORY_EVERY == 0 or step == args.steps - 1:
             trajectory.append((step, round(float(out["loss"]), 3), round(participation_ratio(embedding.weight.detach()), 1)))
-    losses = {k: round(v, 4) for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
-              if k.startswith(("shared_loss_r", "unigram_entropy_r"))}
+    losses = {
+        k: round(v, 4)
+        for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
+        if k.startswith(("shared_loss_r", "unigram_entropy_r"))
+    }
     preset = {} if args.preset == "tiny" else {"preset": args.preset}  # the first lines, all tiny, carry none
-    print(json.dumps({"objective": args.objective, **preset, "seed": args.seed, "steps": args.steps, **changed, **losses,
-                      "step_loss_embedding_pr": trajectory}))
+    print(
+        json.dumps(
+            {
+                "objective": args.objective,
+                **preset,
+                "seed": args.seed,
+                "steps": args.steps,
+                **changed,
+                **losses,
+                "step_loss_embedding_pr": trajectory,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,14 +25,18 @@ def row(run: Path) -> str:
     shape = (model.get("predictor_hidden_size") or "default", model.get("predictor_heads") or "default")
     predictor = "width {}, heads {}".format(*shape) if model["objective"] == "crossbert" else "-"
     margin = entropy - loss
-    return (f"| {run.name} | {model['objective']} | {ratio} | {config['batch_size']} | {optim['lr']:g} | {predictor} | "
-            f"{last['corpus_tokens'] / 1e6:.2f}M | {loss:.3f} | {entropy:.3f} | {margin:.2f} | "
-            f"{'yes' if margin >= PLATEAU_MARGIN else 'no'} | {last[SHARED_LOSS_R50]:.3f} |")
+    return (
+        f"| {run.name} | {model['objective']} | {ratio} | {config['batch_size']} | {optim['lr']:g} | {predictor} | "
+        f"{last['corpus_tokens'] / 1e6:.2f}M | {loss:.3f} | {entropy:.3f} | {margin:.2f} | "
+        f"{'yes' if margin >= PLATEAU_MARGIN else 'no'} | {last[SHARED_LOSS_R50]:.3f} |"
+    )
 
 
 def main(sweep: str) -> None:
-    print("| run | objective | training ratio | batch | lr | predictor | corpus tokens | own-ratio shared loss "
-          "| unigram entropy | margin | off the plateau | shared loss r=0.5 |")
+    print(
+        "| run | objective | training ratio | batch | lr | predictor | corpus tokens | own-ratio shared loss "
+        "| unigram entropy | margin | off the plateau | shared loss r=0.5 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in sorted(Path(sweep).glob("runs/*/")):
         print(row(run))

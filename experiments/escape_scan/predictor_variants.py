@@ -63,7 +63,18 @@ def with_visible_targets(batch: dict, share: float, generator: torch.Generator) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variant", choices=["default", "norm-after-projection", "projection-scale", "key-bias", "visible-targets", "untied-decoder", "detached-decoder"])
+    parser.add_argument(
+        "variant",
+        choices=[
+            "default",
+            "norm-after-projection",
+            "projection-scale",
+            "key-bias",
+            "visible-targets",
+            "untied-decoder",
+            "detached-decoder",
+        ],
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -71,10 +82,16 @@ def main() -> None:
     args = parser.parse_args()
     corpus = data_root() / "wikipedia_en_2015"
     cfg = TrainConfig(
-        name=f"{args.variant}-lr{args.lr:g}-s{args.seed}", out_dir=args.out_dir, seed=args.seed, steps=args.steps, batch_size=32,
-        model=ModelArgs(preset="tiny", objective="crossbert", mask_ratio=0.5), optim=OptimArgs(lr=args.lr, warmup_steps=50),
+        name=f"{args.variant}-lr{args.lr:g}-s{args.seed}",
+        out_dir=args.out_dir,
+        seed=args.seed,
+        steps=args.steps,
+        batch_size=32,
+        model=ModelArgs(preset="tiny", objective="crossbert", mask_ratio=0.5),
+        optim=OptimArgs(lr=args.lr, warmup_steps=50),
         data=DataArgs(corpus=str(corpus), tokenizer="train", vocab_size=4096, seq_len=128, cache_dir="runs/cache"),
-        dtype="bf16", resume=False,
+        dtype="bf16",
+        resume=False,
     )
     trainer = Trainer(cfg)
     model = trainer.hf_model
@@ -87,8 +104,11 @@ def main() -> None:
         if args.variant == "visible-targets":
             batch = with_visible_targets(batch, 0.1, generator)
         trainer.train_step(step, batch)
-    losses = {k: round(v, 4) for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
-              if k.startswith(("shared_loss_", "unigram_entropy_"))}
+    losses = {
+        k: round(v, 4)
+        for k, v in {**trainer.evaluate(), **trainer.unigram_entropies}.items()
+        if k.startswith(("shared_loss_", "unigram_entropy_"))
+    }
     print(json.dumps({"variant": args.variant, "lr": args.lr, "seed": args.seed, "steps": args.steps, **losses}))
 
 

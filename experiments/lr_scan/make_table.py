@@ -31,16 +31,22 @@ def rows(sweep: Path):
 
 def main(sweeps: list[str]) -> None:
     steps = [150, 300, 450, 600]
-    print("| run | own ratio | unigram entropy | " + " | ".join(f"loss at {s * 4096 / 1e6:.2f}M tokens" for s in steps)
-          + f" | final margin | off the plateau (>= {PLATEAU_MARGIN}) |")
+    print(
+        "| run | own ratio | unigram entropy | "
+        + " | ".join(f"loss at {s * 4096 / 1e6:.2f}M tokens" for s in steps)
+        + f" | final margin | off the plateau (>= {PLATEAU_MARGIN}) |"
+    )
     print("|---" * (len(steps) + 5) + "|")
     for name, ratio, entropy, losses in (row for sweep in sweeps for row in rows(Path(sweep))):
         if not losses:  # still training, before its first evaluation
             continue
         last = losses[max(losses)]
         cells = [f"{losses[s]:.3f}" if s in losses else "-" for s in steps]
-        print(f"| {name} | {ratio} | {entropy:.3f} | " + " | ".join(cells)
-              + f" | {entropy - last:.2f} (step {max(losses)}) | {'yes' if entropy - last >= PLATEAU_MARGIN else 'no'} |")
+        print(
+            f"| {name} | {ratio} | {entropy:.3f} | "
+            + " | ".join(cells)
+            + f" | {entropy - last:.2f} (step {max(losses)}) | {'yes' if entropy - last >= PLATEAU_MARGIN else 'no'} |"
+        )
 
 
 if __name__ == "__main__":
