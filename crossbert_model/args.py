@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ast
 import inspect
+import io
 import re
+import textwrap
+import tokenize
 import types
 import typing
 from pathlib import Path
@@ -298,28 +302,41 @@ class ConfigKey:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """{field: its comment in the dataclass source}: the comment on the field's line, else the comment lines
-    right above it. The schema's comments are its documentation; `--help` reads them, nothing types them twice."""
+    """{field: its comment in the dataclass source}: a comment inside the field's own lines (beside it, or beside its
+    value where the formatter wrapped it), else the comment lines right above it. The schema's comments are its
+    documentation; `--help` reads them, nothing types them twice. Read with Python's own parser, so that any layout
+    of a field gives the same comment."""
     try:
-        lines = inspect.getsource(cls).splitlines()
+        source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # no source (a frozen build): keys and defaults only
         return {}
-    comments, above = {}, []
-    for line in lines[1:]:
-        text = line.strip()
-        if text.startswith("#"):
-            above.append(text.lstrip("#").strip())
+    comment_at = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    lines = source.splitlines()
+    comments = {}
+    for node in ast.parse(source).body[0].body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        match = re.match(r"(\w+)\s*:[^#]*?(?:#\s*(.*))?$", text)
-        if match and not text.startswith(("def ", "@", "return")):
-            comments.setdefault(match.group(1), first_clause(match.group(2) or " ".join(above)))
-        above = []
+        own = [comment_at[n] for n in range(node.lineno, node.end_lineno + 1) if n in comment_at]
+        above, n = [], node.lineno - 1
+        while n in comment_at and lines[n - 1].lstrip().startswith("#"):
+            above.insert(0, comment_at[n])
+            n -= 1
+        comments[node.target.id] = first_clause(own[-1] if own else " ".join(above))
     return comments
 
 
 def first_clause(text: str) -> str:
-    """A comment's first sentence or clause: the one line a listing shows."""
-    return re.split(r"(?<!e\.g)(?<!i\.e)\. |; ", text.strip(), maxsplit=1)[0].rstrip(".;")
+    """A comment's first sentence or clause (ended by '. ' or '; ' outside parentheses): the one line a listing shows."""
+    depth = 0
+    for i, char in enumerate(text := text.strip()):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text[i : i + 2] in (". ", "; ") and not text[max(0, i - 3) : i + 1].endswith(("e.g.", "i.e.")):
+            return text[:i].rstrip(".;")
+    return text.rstrip(".;")
 
 
 def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:

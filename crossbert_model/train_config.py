@@ -69,7 +69,9 @@ class ModelArgs:
     predictor_layers: Annotated[int | None, POSITIVE_INT] = (
         None  # default and width: crossbert_model.config.default_predictor_shape
     )
-    predictor_hidden_size: Annotated[int | None, POSITIVE_INT] = None
+    predictor_hidden_size: Annotated[int | None, POSITIVE_INT] = (
+        None  # the predictor's width (default: crossbert_model.config.default_predictor_shape)
+    )
     predictor_heads: Annotated[int | None, POSITIVE_INT] = None  # default: the encoder's head width (crossbert_model.config)
     hidden_size: Annotated[int | None, POSITIVE_INT] = None  # overrides of the preset's shape
     num_hidden_layers: Annotated[int | None, POSITIVE_INT] = None  # encoder blocks (default: the preset's)
@@ -167,7 +169,9 @@ class TrainConfig:
     # Where the scalars of metrics.jsonl also go (crossbert_model.tracking): tensorboard (event files in the run
     # folder) and/or wandb (needs `pip install 'crossbert[tracking]'`); [] writes metrics.jsonl alone.
     tracking: Annotated[list[str], Check(tracking_problem, "tensorboard|wandb")] = field(default_factory=lambda: ["tensorboard"])
-    wandb_project: Annotated[str, Text("a W&B project name")] = "crossbert"
+    wandb_project: Annotated[str, Text("a W&B project name")] = (
+        "crossbert"  # the W&B project the runs are logged to (with wandb in tracking)
+    )
     wandb_mode: Annotated[str, OneOf(*WANDB_MODES)] = (
         "offline"  # offline (run files in <run>/wandb; `wandb sync` uploads them) | online
     )

@@ -5,11 +5,13 @@ that leave progress bars whole. Each test names the break it catches."""
 from __future__ import annotations
 
 import io
+import dataclasses
 import json
 import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 from tqdm import tqdm
@@ -17,7 +19,7 @@ from tqdm import tqdm
 from crossbert_eval.cli import main
 from crossbert_eval.encoders import EncoderError, resolve_model
 from crossbert_eval.tasks import get_task
-from crossbert_model.args import close_matches, to_dict
+from crossbert_model.args import close_matches, config_keys, to_dict
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.logs import ProgressBarSafeHandler
 from crossbert_model.train_config import TrainConfig
@@ -54,6 +56,39 @@ def test_train_help_lists_every_config_key_with_its_default_and_description(caps
         assert f"  {key}=" in out, key
     assert any(line.split() and line.split()[0] == "optim.lr=0.001" and "peak learning rate" in line for line in out.splitlines())
     assert "[model]" in out and "[data]" in out and "[optim]" in out
+
+
+def test_every_train_config_key_has_a_description():
+    # catches: a key added without its comment, or comments no longer found where the formatter put them (a long
+    # field wrapped in parentheses carries its comment beside the value, on the line below the name)
+    undescribed = [k.key for k in config_keys(TrainConfig) if not k.description]
+    assert undescribed == []
+
+
+@dataclasses.dataclass
+class _Documented:
+    beside: int = 1  # a comment beside the field
+    # a comment above the field
+    above: int = 2
+    wrapped: Annotated[int, "a long annotation that the formatter wraps, so the value goes on a line of its own"] = (
+        3  # a comment beside the wrapped value
+    )
+    # why the limit reads as it does (not the field's description)
+    wrapped_with_note: int = 4  # the description, beside the value
+    in_parentheses: int = 5  # a first clause (with a; semicolon inside); a second clause
+
+
+def test_a_fields_description_is_its_comment_however_the_field_is_laid_out():
+    # catches: a comment lost when a field spans several lines, a note above taken over the field's own comment, or a
+    # clause cut inside parentheses
+    described = {k.key: k.description for k in config_keys(_Documented)}
+    assert described == {
+        "beside": "a comment beside the field",
+        "above": "a comment above the field",
+        "wrapped": "a comment beside the wrapped value",
+        "wrapped_with_note": "the description, beside the value",
+        "in_parentheses": "a first clause (with a; semicolon inside)",
+    }
 
 
 def test_print_config_shows_the_resolved_config_and_touches_no_run_folder(tmp_path, capsys):
