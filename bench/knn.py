@@ -26,7 +26,8 @@ def main() -> None:
     p.add_argument("--out", default="runs/bench")
     args = p.parse_args()
     setup()
-    from crossbert_eval.encoders import FeatureCache, FrozenEncoder
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.feature_cache import FeatureCache
     from crossbert_eval.tasks import get_task
 
     task = get_task("SST-2")

@@ -28,7 +28,8 @@ def main() -> None:
     setup()
     import mteb
 
-    from crossbert_eval.encoders import FeatureCache, FrozenEncoder
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.feature_cache import FeatureCache
     from crossbert_eval.mteb_encoder import make_mteb_encoder
     from crossbert_eval.mteb_tasks import local_mteb_task
     from crossbert_eval.tasks import get_task

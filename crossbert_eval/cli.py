@@ -240,55 +240,46 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 def _probe(args: argparse.Namespace) -> None:
-    from crossbert_model.utils import set_offline_env
     from crossbert_eval.probe_runner import ProbeSettings, probe_model
     from crossbert_eval.report.text_tables import probe_text_table
 
-    set_offline_env()
     knn = {name: value for name, value in (("k", args.k), ("temperature", args.temperature)) if value is not None}
-    with settings_as_options():
-        settings = ProbeSettings(
-            tasks=_csv(args.tasks),
-            probes=_csv(args.probe),
-            layers=args.layers,
-            poolings=args.pooling,
-            pair_mode=args.pair_mode,
-            seed=args.seed,
-            results_dir=args.results_dir,
-            cache_dir=args.cache_dir,
-            force=args.force,
-            data_root=_resolved_root(args),
-            feature_transforms=_csv(args.feature_transform),
-            max_train=args.max_train,
-            **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
-        )
-        runner = probe_model(args.model, settings, **_encoder_options(args))
-    print(probe_text_table(runner.frame))
-    print(f"results: {settings.results_dir}/results.jsonl")
-    for name, why in runner.missing.items():
-        print(f"MISSING DATA: {why}")
-    if runner.missing:
-        sys.exit(1)
+    own = dict(
+        probes=_csv(args.probe),
+        pair_mode=args.pair_mode,
+        seed=args.seed,
+        feature_transforms=_csv(args.feature_transform),
+        max_train=args.max_train,
+        **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
+    )
+    _frozen_features_command(args, ProbeSettings, probe_model, probe_text_table, own)
 
 
 def _geometry(args: argparse.Namespace) -> None:
-    from crossbert_model.utils import set_offline_env
     from crossbert_eval.geometry_runner import GeometrySettings, geometry_model
     from crossbert_eval.report.text_tables import geometry_text_table
 
+    _frozen_features_command(args, GeometrySettings, geometry_model, geometry_text_table, {})
+
+
+def _frozen_features_command(args: argparse.Namespace, settings_class, run, text_table, own: dict) -> None:
+    """`crossbert probe` and `crossbert geometry`: the settings both share plus the command's `own`, the run, its table,
+    where its rows are, and exit 1 where task data is missing."""
+    from crossbert_model.utils import set_offline_env
+
     set_offline_env()
-    with settings_as_options():
-        settings = GeometrySettings(
-            tasks=_csv(args.tasks),
-            layers=args.layers,
-            poolings=args.pooling,
-            results_dir=args.results_dir,
-            cache_dir=args.cache_dir,
-            force=args.force,
-            data_root=_resolved_root(args),
-        )
-        runner = geometry_model(args.model, settings, **_encoder_options(args))
-    print(geometry_text_table(runner.frame))
+    settings = settings_class(
+        tasks=_csv(args.tasks),
+        layers=args.layers,
+        poolings=args.pooling,
+        results_dir=args.results_dir,
+        cache_dir=args.cache_dir,
+        force=args.force,
+        data_root=_resolved_root(args),
+        **own,
+    )
+    runner = run(args.model, settings, **_encoder_options(args))
+    print(text_table(runner.frame))
     print(f"results: {settings.results_dir}/results.jsonl")
     for why in runner.missing.values():
         print(f"MISSING DATA: {why}")
@@ -318,25 +309,25 @@ def _mteb(args: argparse.Namespace) -> None:
     from crossbert_eval.mteb_runner import MtebSettings, run_mteb
     from crossbert_eval.report.text_tables import mteb_text_table
 
-    with settings_as_options():
-        settings = MtebSettings(
-            tasks=_csv(args.tasks or ""),
-            benchmark=args.benchmark,
-            layers=layers,
-            pooling=args.pooling,
-            out_dir=args.out_dir,
-            results_dir=args.results_dir,
-            cache_dir=None if args.no_feature_cache else args.cache_dir,
-            overwrite=args.overwrite,
-            data_root=_resolved_root(args),
-        )
-        rows, run = run_mteb(args.model, settings, **_encoder_options(args))
+    settings = MtebSettings(
+        tasks=_csv(args.tasks or ""),
+        benchmark=args.benchmark,
+        layers=layers,
+        pooling=args.pooling,
+        out_dir=args.out_dir,
+        results_dir=args.results_dir,
+        cache_dir=None if args.no_feature_cache else args.cache_dir,
+        overwrite=args.overwrite,
+        data_root=_resolved_root(args),
+    )
+    rows, run = run_mteb(args.model, settings, **_encoder_options(args))
     print(mteb_text_table(rows, run.plan, run.wall_s))
 
 
 def _sweep(args: argparse.Namespace) -> None:
     from crossbert_model.args import load_config
-    from crossbert_eval.sweep import SweepConfig, run_sweep
+    from crossbert_eval.sweep import run_sweep
+    from crossbert_eval.sweep_config import SweepConfig
 
     budget = [f"budget_s={args.budget_s}"] if args.budget_s is not None else []
     limit = [f"limit={args.limit}"] if args.limit is not None else []
@@ -382,7 +373,7 @@ def _plateau(args: argparse.Namespace) -> None:
 
     from crossbert_eval.report.loading import load_checkpoints
     from crossbert_eval.report.tables import plateau_table
-    from crossbert_eval.sweep import fill_unigram_entropies
+    from crossbert_eval.plateau_backfill import fill_unigram_entropies
     from crossbert_model.readers import read_jsonl
 
     path = fill_unigram_entropies(args.sweep_dir, args.tokenizer, args.overrides, args.data_root)
@@ -777,10 +768,11 @@ def configure_logging(debug: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-# The one table of how the command line names a setting: a ProbeSettings / GeometrySettings / MtebSettings field -> its
-# option (the field is also the argparse dest of --results, --cache and --out: one name from the parsed arguments down).
-# The library names a refused setting by its field (crossbert_eval.settings.SettingError: "probe setting 'k': ..."); the
-# command line says it with the option (settings_as_options): "--k: ...".
+# The one table of how the command line names a setting: a ProbeSettings / GeometrySettings / MtebSettings field or a
+# loader's keyword -> its option (the field is also the argparse dest: one name from the parsed arguments down). The
+# library names a setting by its field (crossbert_eval.settings.SettingError: "probe setting 'k': ..."; any
+# CrossbertError's `setting`: "allow pickles (allow_pickle)"); the command line says it with the option
+# (settings_as_options): "--k: ...", "allow pickles (--allow-pickle)".
 OPTION_OF = {
     "tasks": "--tasks",
     "probes": "--probe",
@@ -795,6 +787,11 @@ OPTION_OF = {
     "feature_transforms": "--feature-transform",
     "force": "--force",
     "data_root": "--data-root",
+    "max_length": "--max-length",
+    "dtype": "--dtype",
+    "allow_pickle": "--allow-pickle",
+    "trust_remote_code": "--trust-remote-code",
+    "push": "--push",
     "benchmark": "--benchmark",
     "overwrite": "--overwrite",
     "results_dir": "--results",
@@ -808,18 +805,28 @@ OUTPUT_OPTIONS = ("results_dir", "cache_dir", "out_dir", "dest", "folder")
 
 
 @contextlib.contextmanager
-def settings_as_options():
-    """A setting the library refuses (SettingError, naming its field) said as the option that set it: `--k: expected a
-    positive integer, got 0`. A field no option sets is said as the library says it."""
+def settings_as_options(args: argparse.Namespace | None = None):
+    """A setting the library names (a SettingError's field, any CrossbertError's `setting`) said as the option that sets
+    it: `--k: expected a positive integer, got 0`. A setting that the command (`args`, when given) has no option for is
+    said as the library says it."""
     from crossbert_model.errors import CrossbertError
     from crossbert_eval.settings import SettingError
+
+    def option(setting: str | None) -> str | None:
+        if setting not in OPTION_OF or (args is not None and not hasattr(args, setting)):
+            return None
+        return OPTION_OF[setting]
 
     try:
         yield
     except SettingError as e:
-        if e.field not in OPTION_OF:
+        if option(e.field) is None:
             raise
-        raise CrossbertError(f"{OPTION_OF[e.field]}: {e.problem}") from None
+        raise CrossbertError(f"{option(e.field)}: {e.problem}") from None
+    except CrossbertError as e:
+        if option(e.setting) is None:
+            raise
+        raise CrossbertError(e.said_with(option(e.setting))) from None
 
 
 def check_output_options(args: argparse.Namespace) -> None:
@@ -849,7 +856,7 @@ def main(argv: list[str] | None = None) -> None:
         args.overrides += extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    with exit_on_user_error(f"crossbert {args.command}", debug):
+    with exit_on_user_error(f"crossbert {args.command}", debug), settings_as_options(args):
         check_output_options(args)
         check_names_early(args)
         args.func(args)

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crossbert_model.checkpoint import CheckpointError, check_finite_weights, latest_checkpoint, read_config, read_trainer_state
-from crossbert_model.errors import CrossbertError, named_as_final
+from crossbert_model.errors import SETTING, CrossbertError, named_as_final
 from crossbert_model.model_card import run_config_of, write_model_card
 from crossbert_model.portable import write_portable_files
 from crossbert_model.readers import safetensors_tensors
 from crossbert_model.run_layout import CheckpointDir, RunDir
 from crossbert_model.utils import ONLINE_ENV, atomic_path, online
 
-from .encoders import FrozenEncoder, hub_offline
+from .encoders import FrozenEncoder
+from .model_sources import hub_offline
 from .results import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -74,12 +75,13 @@ def check_destination(dest: Path) -> None:
 def check_push(repo_id: str, dest: Path) -> None:
     """Refused before anything is written: a malformed id, or no network allowed."""
     if not REPO_ID.match(repo_id):
-        raise ExportError(f"--push {repo_id!r}: expected a Hugging Face Hub id org/name")
+        raise ExportError(f"{SETTING} {repo_id!r}: expected a Hugging Face Hub id org/name", setting="push")
     if hub_offline() or not online():
         raise ExportError(
-            f"--push {repo_id}: offline ({'HF_HUB_OFFLINE=1' if hub_offline() else ONLINE_ENV + ' is not 1'}), nothing written; "
-            f"run `crossbert export` without --push, then upload {dest} when online with `hf upload {repo_id} {dest}`, "
-            f"or run again with {ONLINE_ENV}=1 (after `hf auth login`)"
+            f"{SETTING} {repo_id}: offline ({'HF_HUB_OFFLINE=1' if hub_offline() else ONLINE_ENV + ' is not 1'}), nothing "
+            f"written; export without {SETTING}, then upload {dest} when online with `hf upload {repo_id} {dest}`, "
+            f"or run again with {ONLINE_ENV}=1 (after `hf auth login`)",
+            setting="push",
         )
 
 
@@ -147,7 +149,8 @@ def upload(folder: Path, repo_id: str) -> str:
     except (HfHubHTTPError, OSError) as e:  # OSError: no route to the hub (requests' ConnectionError is one)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ExportError(
-            f"--push {repo_id}: the upload failed ({first}); {folder} is written: upload it with "
-            f"`hf upload {repo_id} {folder}` once the hub is reachable and you are logged in (`hf auth login`)"
+            f"{SETTING} {repo_id}: the upload failed ({first}); {folder} is written: upload it with "
+            f"`hf upload {repo_id} {folder}` once the hub is reachable and you are logged in (`hf auth login`)",
+            setting="push",
         ) from None
     return getattr(commit, "commit_url", None) or f"https://huggingface.co/{repo_id}"

@@ -27,8 +27,9 @@ from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
 from crossbert_model.limits import SomeOf
 from crossbert_model.utils import texts_digest
 
-from .encoders import FeatureCache, FrozenEncoder
-from .layer_spec import TYPED_LAYERS, LayerSpec
+from .encoders import FrozenEncoder
+from .feature_cache import FeatureCache
+from .layer_spec import LAYERS, LayerSpec
 from .probe_runner import row_base
 from .results import CLAIMED, ResultsStore, unit_key
 from .settings import SettingError, check_settings
@@ -49,7 +50,7 @@ class GeometrySettings:
     FIELD_KIND = "geometry setting"  # how a refusal names a field (crossbert_eval.settings)
 
     tasks: list[str]
-    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.ALL  # parsed where the user gave it (LayerSpec.parse)
+    layers: Annotated[LayerSpec, LAYERS] = LayerSpec.ALL  # parsed where the user gave it (LayerSpec.parse)
     poolings: Annotated[list[str] | None, SomeOf(*POOLINGS)] = None  # None: the model's own pooling (encoder.default_pooling)
     results_dir: str = RESULTS_DIR
     cache_dir: str = FEATURES_DIR

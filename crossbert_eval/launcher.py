@@ -2,7 +2,7 @@
 
 One job per run that is not complete, through submitit's AutoExecutor (SLURM where `sbatch` is found;
 `submitit.cluster=local` runs them as processes of this machine), with the sweep config's `submitit:`
-section (crossbert_eval.sweep.SubmititArgs) as the job shape. A job is a sweep worker limited to its run
+section (crossbert_eval.sweep_config.SubmititArgs) as the job shape. A job is a sweep worker limited to its run
 (Sweep.work_on: the run's claim, training resumed from its latest checkpoint, probes, completion), so jobs
 and `crossbert sweep` workers can share one sweep. The job that completes the sweep rebuilds the report;
 the submitting process waits for its jobs (unless `submitit.wait=false`) and rebuilds it as well, which
@@ -27,7 +27,9 @@ from crossbert_model.logs import setup_logging
 from crossbert_model.utils import set_offline_env
 
 from .folder_layout import SweepDir
-from .sweep import Sweep, SweepConfig, prepare_sweep
+from .sweep import Sweep
+from .sweep_config import SweepConfig
+from .sweep_plan import prepare_sweep
 
 log = logging.getLogger("crossbert.launcher")
 
@@ -94,7 +96,7 @@ def make_executor(cfg: SweepConfig) -> submitit.AutoExecutor:
 def submit_sweep(cfg: SweepConfig) -> Path:
     """Submit a job per run not yet complete; wait for them (submitit.wait) and rebuild the report."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("--submitit submits the sweep's runs as jobs: start it as one process, not under torchrun")
+        raise ConfigError("submitting a sweep's runs as cluster jobs: start the submission as one process, not under torchrun")
     sweep = Sweep(prepare_sweep(cfg))  # the plan is checked first, then the job options; nothing is written before both pass
     executor = make_executor(cfg)
     sweep.write_manifest()

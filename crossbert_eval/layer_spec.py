@@ -5,20 +5,20 @@ resolved against a model's depth in one place.
     spec.indices(6)                      # [0, 3, 6]: 0 = the embedding output, -1 = the last layer
     str(spec)                            # '0,3,-1'
 
-Where the text enters: a command-line option (its argparse type, crossbert_eval.cli), a config field (its declared limit
-LAYERS below, which refuses through LayerSpec.parse), and the sweep or zoo that turns its config field
-into the settings it runs (crossbert_eval.sweep / zoo). Below that, ProbeSettings, GeometrySettings and MtebSettings hold a
-LayerSpec (their limit TYPED_LAYERS refuses anything else) and FrozenEncoder.layer_indices resolves it: nothing re-parses.
+Where the text enters: a command-line option (its argparse type, crossbert_eval.cli) or a config field (the config
+loader, crossbert_model.args, reads a field typed LayerSpec through LayerSpec.from_config, and writes it back as it was
+given). Below that, sweep and zoo configs, ProbeSettings, GeometrySettings and MtebSettings hold a LayerSpec (their limit
+LAYERS refuses anything else) and FrozenEncoder.layer_indices resolves it: nothing re-parses.
 Light (no torch): config files are checked with it before anything heavy is imported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from crossbert_model.errors import CrossbertError
-from crossbert_model.limits import Check, Parsed
+from crossbert_model.limits import Check
 
 # What a refused spec was expected to be: the one wording, whoever refuses it (the caller puts the option or field in front).
 EXPECTED = "all, last or layer numbers N[,M,...] (0 = the embedding output, -1 = the last layer)"
@@ -36,6 +36,9 @@ def _is_int(value) -> bool:
 class LayerSpec:
     which: str  # "all", "last" or "numbers"
     numbers: tuple[int, ...] = ()  # which == "numbers": as given, negative ones counted from the last layer (-1)
+    # as a config file or override wrote it ('all', 3, [0, 2], '0,-1'): written back as it was (to_config), so that a
+    # sweep's config and the signatures hashed from it read the same before and after parsing
+    given: object = field(default=None, compare=False, repr=False)
 
     ALL: ClassVar[LayerSpec]
     LAST: ClassVar[LayerSpec]
@@ -60,6 +63,15 @@ class LayerSpec:
         if not items or not all(map(_is_int, items)):
             raise LayerSpecError(f"expected {EXPECTED}, got {spec!r}")
         return cls("numbers", tuple(items))
+
+    @classmethod
+    def from_config(cls, value) -> LayerSpec:
+        """A config field's value (crossbert_model.args reads typed fields through this): parsed, and kept as written."""
+        return replace(cls.parse(value), given=value)
+
+    def to_config(self):
+        """The value as the config wrote it (its grammar's text for a spec built in code)."""
+        return str(self) if self.given is None else self.given
 
     @classmethod
     def of(cls, *numbers: int) -> LayerSpec:
@@ -88,12 +100,9 @@ class LayerSpec:
 LayerSpec.ALL = LayerSpec("all")
 LayerSpec.LAST = LayerSpec("last")
 
-# The limit of a config field that holds a layer spec as the user wrote it (a sweep's or zoo's probe_layers, ...):
-# refused through the one parser, in its wording.
-LAYERS = Parsed("crossbert_eval.layer_spec:LayerSpec.parse", shown="all|last|N,M,...", heavy=False)
-
-# The limit of a settings field that holds a LayerSpec (ProbeSettings.layers, ...): a spec parsed where it entered, never text.
-TYPED_LAYERS = Check(
+# The limit of every field that holds a layer spec: a config's (a sweep's or zoo's probe_layers, ..., parsed by the config
+# loader through LayerSpec.from_config) and a settings object's (ProbeSettings.layers, ...): a LayerSpec, never text.
+LAYERS = Check(
     lambda value: None if isinstance(value, LayerSpec) else "a LayerSpec (LayerSpec.parse('all|last|N,M,...'))",
-    shown="a LayerSpec",
+    shown="all|last|N,M,...",
 )

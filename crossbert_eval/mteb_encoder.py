@@ -65,7 +65,9 @@ from crossbert_model.readers import ReadError, parse_yaml, read_json, read_text
 from crossbert_model.utils import texts_digest
 from crossbert_model.run_layout import CheckpointDir
 
-from .encoders import FeatureCache, FrozenEncoder, fitted_max_length, read_sentence_transformers_layout
+from .encoders import FrozenEncoder
+from .feature_cache import FeatureCache
+from .model_sources import fitted_max_length, read_sentence_transformers_layout
 from .mteb_tasks import MtebError
 
 log = logging.getLogger(__name__)

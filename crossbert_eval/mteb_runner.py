@@ -36,8 +36,9 @@ from crossbert_model.limits import OneOf
 from crossbert_model.utils import atomic_write_text, sha256_file
 from crossbert_model.readers import read_text
 
-from .encoders import FeatureCache, FrozenEncoder
-from .layer_spec import TYPED_LAYERS, LayerSpec
+from .encoders import FrozenEncoder
+from .feature_cache import FeatureCache
+from .layer_spec import LAYERS, LayerSpec
 from .mteb_benchmark import check_local_data, resolve_mteb_tasks
 from .mteb_tasks import MtebError, data_status
 from .results import ResultsStore, unit_key
@@ -112,7 +113,7 @@ class MtebSettings:
 
     tasks: list[str] = field(default_factory=list)  # mteb task names (local task files' or mteb's own)
     benchmark: str | None = None  # local-eng, or an mteb benchmark: its tasks that have local data
-    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.LAST  # every layer scored, the texts encoded once
+    layers: Annotated[LayerSpec, LAYERS] = LayerSpec.LAST  # every layer scored, the texts encoded once
     pooling: Annotated[str | None, OneOf(*POOLINGS)] = (
         None  # None: the model's own (its sentence-transformers Pooling module, else mean)
     )

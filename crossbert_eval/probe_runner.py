@@ -29,8 +29,9 @@ from crossbert_model.utils import stable_hash, texts_digest
 from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, FEATURES_DIR, POOLINGS, PROBES, RESULTS_DIR
 from crossbert_model.limits import POSITIVE, POSITIVE_INT, SEED, OneOf, SomeOf
 
-from .encoders import FeatureCache, FrozenEncoder
-from .layer_spec import TYPED_LAYERS, LayerSpec
+from .encoders import FrozenEncoder
+from .feature_cache import FeatureCache
+from .layer_spec import LAYERS, LayerSpec
 from .results import BUSY, CLAIMED, DONE, ResultsStore, unit_key
 from .settings import SettingError, check_settings
 from .tasks import Split, Task, TaskDataMissing, resolve_tasks
@@ -49,7 +50,7 @@ class ProbeSettings:
 
     tasks: list[str]
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn", "cosine"])
-    layers: Annotated[LayerSpec, TYPED_LAYERS] = LayerSpec.LAST  # parsed where the user gave it (LayerSpec.parse)
+    layers: Annotated[LayerSpec, LAYERS] = LayerSpec.LAST  # parsed where the user gave it (LayerSpec.parse)
     poolings: Annotated[list[str] | None, SomeOf(*POOLINGS)] = None  # None: the model's own pooling (encoder.default_pooling)
     # joint: the pair as one sequence; senteval: [u, v, |u-v|, u*v]
     pair_mode: Annotated[str, OneOf(*PAIR_MODES)] = "joint"

@@ -20,99 +20,37 @@ Under torchrun all ranks train every run (no claims); rank 0 alone probes, after
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
-from crossbert_model.args import ConfigError, config_main, deep_merge, dump_yaml, from_dict, load_config, to_dict
+from crossbert_model.args import ConfigError, config_main, dump_yaml
 from crossbert_model.checkpoint import list_checkpoints, read_trainer_state
 from crossbert_model.claims import CLAIMED, Claims, this_process, timestamp
-from crossbert_model.presets import PRESETS
-from crossbert_model.objectives import objective, objective_names, parameter_counts, training_flops_per_token
-from crossbert_model.plateau import SMOOTHING, plateau_metric_keys
+from crossbert_model.objectives import parameter_counts
+from crossbert_model.plateau import plateau_metric_keys
 from crossbert_model.logs import duration
-from crossbert_model.train_config import TrainConfig, model_config, validate_config
-from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
-from crossbert_model.limits import (
-    FOLDER_NAME_LIMIT,
-    NON_EMPTY,
-    NON_NEGATIVE_INT,
-    POSITIVE,
-    POSITIVE_INT,
-    SECONDS,
-    SEED,
-    OneOf,
-    OutsideDataRoot,
-    Range,
-    SameAs,
-    SomeOf,
-    Text,
-    Unique,
-    check_limits,
-    check_relations,
-    relation,
-)
-from crossbert_model.errors import CrossbertError, report_crashes_in
+from crossbert_model.train_config import model_config
+from crossbert_model.errors import report_crashes_in
 from crossbert_model.readers import ReadError, read_json, read_jsonl
 from crossbert_model.utils import (
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
-    data_root,
     exclusive_lock,
     provenance,
-    set_offline_env,
-    stable_hash,
 )
 
-from .evaluation import EvaluationPlan, ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
+from .evaluation import ModelRecord, ModelRecords, evaluate_baselines, evaluate_encoder, timed_stage
 from .folder_layout import SweepDir
-from .layer_spec import LAYERS, LayerSpec
 from .results import RESULTS_FILE
 from .report.loading import SMOKE_TEST_KEY
 from .wall_budget import PREDICTION_MARGIN, RunCost, WallBudget, measured_rates, predicted_seconds
+from .sweep_config import SweepConfig
+from .sweep_plan import RunSpec, check_tasks, completion_signature, evaluation_plan, plan_runs, prepare_sweep
 
 log = logging.getLogger("crossbert.sweep")
-
-
-@dataclass
-class ObjectiveSpec:
-    name: Annotated[str, FOLDER_NAME_LIMIT]  # it names run folders <name>-<size>-s<seed>
-    objective: Annotated[
-        str, SameAs("crossbert_model.train_config:ModelArgs.objective")
-    ]  # a name of crossbert_model.objectives: mlm | crossbert
-    mask_ratio: Annotated[float | None, SameAs("crossbert_model.train_config:ModelArgs.mask_ratio")] = None
-    complementary_masking: bool = True
-    # further model options of this objective, e.g. pure-mask MLM: {mlm_mask_prob: 1.0, mlm_random_prob: 0.0}
-    model: dict = field(default_factory=dict)
-    # nested TrainConfig overrides of this objective's runs, after the sweep's `train` and `size_overrides`:
-    # its own learning rate ({optim: {lr: 4.0e-3}}), compilation ({compile: true}), ...
-    train: dict = field(default_factory=dict)
-
-
-@dataclass
-class SubmititArgs:
-    """Where `crossbert sweep CONFIG --submitit` sends its runs (crossbert_eval.launcher): one job per run
-    (train + probe) through submitit's AutoExecutor, for SLURM; `cluster: local` runs the jobs as processes
-    of this machine (all at once: for tests and debugging)."""
-
-    cluster: Annotated[str | None, OneOf("slurm", "local", "debug")] = None  # None: SLURM where `sbatch` is found, else local
-    folder: str | None = None  # job scripts, pickles and logs; default <sweep>/submitit
-    partition: str | None = None  # SLURM partition
-    timeout_min: Annotated[int, POSITIVE] = 24 * 60  # per job; a job timed out (or pre-empted) is requeued and resumes its run
-    cpus_per_task: Annotated[int | None, POSITIVE] = None
-    gpus_per_node: Annotated[int, NON_NEGATIVE_INT] = 0
-    mem_gb: Annotated[float | None, POSITIVE] = None
-    max_parallel: Annotated[int | None, POSITIVE] = (
-        None  # SLURM: at most this many of the sweep's jobs at once (job array throttle)
-    )
-    slurm: dict = field(default_factory=dict)  # further submitit SLURM parameters: {account: x, qos: y, constraint: z}
-    wait: bool = True  # wait for the jobs, then rebuild the report (the last job rebuilds it as well)
 
 
 def _readable_json(path: Path) -> dict | None:
@@ -121,270 +59,6 @@ def _readable_json(path: Path) -> dict | None:
         return read_json(path, "a stamp")
     except ReadError:
         return None
-
-
-@dataclass
-class SweepConfig:
-    FIELD_KIND = "sweep field"  # how messages name a field (crossbert_model.limits)
-
-    name: Annotated[str, FOLDER_NAME_LIMIT] = "sweep"  # the sweep's folder is out_dir/name
-    out_dir: Annotated[str, OutsideDataRoot()] = "runs/sweeps"
-    sizes: Annotated[list[Annotated[str, OneOf(*PRESETS)]], NON_EMPTY, Unique()] = field(
-        default_factory=lambda: ["nano", "tiny", "mini"]
-    )
-    # each named once: a run named twice would be trained once and reported twice
-    objectives: Annotated[list[ObjectiveSpec], NON_EMPTY, Unique(lambda o: o.name, "name")] = field(
-        default_factory=lambda: [ObjectiveSpec(name, name, objective(name).default_mask_ratio) for name in objective_names()]
-    )
-    # the objective every other is compared with in the report's comparisons (None: the first objective listed;
-    # crossbert_eval.report.loading.reference_objective reads it back from sweep.yaml)
-    reference_objective: Annotated[str | None, Text("an objective's name")] = None
-    seeds: Annotated[list[Annotated[int, SEED]], NON_EMPTY, Unique()] = field(default_factory=lambda: [0])
-    budget: Annotated[str, OneOf("tokens", "flops")] = (
-        "tokens"  # tokens: every run reads budget_tokens corpus tokens; flops: every run spends budget_flops
-    )
-    budget_tokens: Annotated[int, POSITIVE_INT] = 2_000_000
-    budget_flops: Annotated[float | None, POSITIVE] = None
-    checkpoint_fractions: Annotated[
-        list[Annotated[float, Range(0, 1, low_open=True, words="a fraction of the run in (0, 1]")]], NON_EMPTY
-    ] = field(default_factory=lambda: [0.5, 1.0])
-    train: dict = field(default_factory=dict)  # nested overrides of TrainConfig for every run
-    size_overrides: dict = field(default_factory=dict)  # {preset: {nested TrainConfig overrides}}
-    probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
-    probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
-    # all | last | N | N,M,... (crossbert_eval.layer_spec; a YAML number or list of numbers too): the settings' `layers`
-    probe_layers: Annotated[str | int | list, LAYERS] = "all"  # for final checkpoints
-    intermediate_layers: Annotated[str | int | list, LAYERS] = "last"  # for the earlier checkpoints (probe score along training)
-    poolings: Annotated[list[str], SomeOf(*POOLINGS)] = field(default_factory=lambda: ["mean"])
-    # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
-    feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
-    max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
-    # Representation geometry (crossbert_eval.geometry_runner) of each probed checkpoint on the probed
-    # layers and poolings: evaluation-split texts, the probe stage's cached features where they match.
-    geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
-    mteb_tasks: list[str] = field(default_factory=lambda: ["Banking77Classification", "STSBenchmark"])
-    mteb_layers: Annotated[str | int | list, LAYERS] = "last"
-    batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
-    # Tables, plots and report are rebuilt after a run once this many seconds have passed since the last
-    # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
-    report_every_s: Annotated[float, Range(0, words="a number of seconds >= 0", shown=">= 0 s")] = 300.0
-    data_root: str | None = None
-    # Workers (see the module docstring): a run claimed on another host is taken over once its claim has not
-    # been renewed for claim_lease_s (its worker renews it every tenth of that); on this host as soon as its
-    # process is gone. A worker whose remaining runs are all held by others looks again every worker_poll_s.
-    claim_lease_s: Annotated[float, SECONDS] = 600.0
-    worker_poll_s: Annotated[float, SECONDS] = 30.0
-    # A wall-clock budget for this worker (`--budget-s`; None: none). Runs go cheapest first; once a run has been timed,
-    # a run predicted not to end inside the budget (WallBudget) is skipped and recorded in SweepDir.skipped, and the report
-    # is built at the end. Rows land in the store as they are measured, so a kill at the limit loses the run in flight.
-    budget_s: Annotated[float | None, SECONDS] = None
-    # What the machine must have, checked before the first step (check_machine): "cuda" refuses to start without a
-    # CUDA GPU (and without bf16 on it when train.dtype is bf16); None runs wherever it is started.
-    device: Annotated[str | None, OneOf("cuda")] = None
-    # An optional package a part of the sweep needs (OPTIONAL_PACKAGES) that is not installed: "refuse" stops before
-    # the first step naming it; "leave_out" names it in one line and leaves that part's rows out (a machine without faiss).
-    missing_packages: Annotated[str, OneOf("refuse", "leave_out")] = "refuse"
-    # A smoke run of the whole pipeline (`--limit N`; None: a real sweep): every objective and size at the first LIMIT_SEEDS
-    # seeds, each run LIMIT_STEPS steps uncompiled, validated on at most N sequences, each probe split capped at N examples
-    # (train and evaluation), into a folder of its own, <name>-limit<N>. Its numbers mean nothing: its report,
-    # summary.json and verdict say so (report.loading.smoke_notice).
-    limit: Annotated[int | None, POSITIVE_INT] = None  # examples per probe split
-    submitit: SubmititArgs = field(default_factory=SubmititArgs)
-
-    def __post_init__(self) -> None:
-        # a limited sweep never shares a folder with a real one; once only, so a reloaded sweep.yaml keeps its name
-        suffix = f"-limit{self.limit}"
-        if _is_limit(self.limit) and isinstance(self.name, str) and not self.name.endswith(suffix):
-            self.name += suffix
-
-    @property
-    def root(self) -> Path:
-        return Path(self.out_dir) / self.name
-
-    @relation("budget", "budget_flops")
-    def _a_flops_budget_names_its_flops(self, prefix: str) -> None:
-        if self.budget == "flops" and self.budget_flops is None:
-            raise ConfigError(f"sweep field '{prefix}budget_flops': expected a positive number when budget=flops, got None")
-
-    @relation("reference_objective", "objectives")
-    def _the_reference_is_one_of_the_objectives(self, prefix: str) -> None:
-        names = [o.name for o in self.objectives]
-        if self.reference_objective is not None and self.reference_objective not in names:
-            raise ConfigError(
-                f"sweep field '{prefix}reference_objective': expected one of the objectives ({', '.join(names)}), "
-                f"got {self.reference_objective!r}"
-            )
-
-
-# A limited sweep (`--limit`): LIMIT_STEPS training steps a run, enough to write a checkpoint and every loss the report
-# reads, far too few for any score to mean something; uncompiled, since a compiled step repays its ~30 s compile only
-# after ~240 steps (configs/sweep/cpu_small.yaml). LIMIT_SEEDS seeds: the fewest the report's test over seeds takes.
-LIMIT_STEPS = 20
-LIMIT_SEEDS = 2
-
-
-def _is_limit(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _capped(value: int | None, cap: int | None) -> int | None:
-    """`value` (None: no cap) under `cap` (None: none)."""
-    return value if cap is None else min(value or cap, cap)
-
-
-@dataclass
-class RunSpec:
-    objective: ObjectiveSpec
-    size: str
-    seed: int
-    train: TrainConfig
-    flops_per_token: float = 0.0  # training FLOPs per corpus token of the model the trainer will build
-
-    @property
-    def key(self) -> str:
-        return f"{self.objective.name}-{self.size}-s{self.seed}"
-
-
-def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
-    """Every (objective, size, seed) with its resolved training config, cheapest first. The sweep's fields are checked
-    first (their declared limits, again for a config built or changed in code, then their relations), every run's
-    training config as it is resolved."""
-    check_limits(cfg)
-    check_relations(cfg)
-    seeds = cfg.seeds[:LIMIT_SEEDS] if cfg.limit is not None else cfg.seeds
-    runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in seeds]
-    return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
-
-
-def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:
-    data = deep_merge(deep_merge(deep_merge({}, cfg.train), cfg.size_overrides.get(size, {})), obj.train)
-    data = deep_merge(
-        data,
-        {
-            "name": f"{obj.name}-{size}-s{seed}",
-            "out_dir": str(SweepDir(cfg.root).runs),
-            "seed": seed,
-            "group": cfg.name,  # W&B's group
-            "model": {
-                "preset": size,
-                "objective": obj.objective,
-                "mask_ratio": obj.mask_ratio,
-                "complementary_masking": obj.complementary_masking,
-                **obj.model,
-            },
-        },
-    )
-    if cfg.data_root:  # the sweep's data root is where its runs read `${data_root}/...` corpora
-        data = deep_merge(data, {"data": {"data_root": cfg.data_root}})
-    try:
-        tc = from_dict(TrainConfig, data)
-        validate_config(
-            tc
-        )  # a bad train override fails here, before any run of the sweep starts (and before its FLOPs are counted)
-        flops_per_token = planned_flops_per_token(tc)
-        tokens = cfg.budget_tokens if cfg.budget == "tokens" else cfg.budget_flops / flops_per_token
-        tc.max_tokens = None
-        tc.steps = max(1, math.ceil(tokens / (tc.batch_size * tc.data.seq_len)))
-        tc.checkpoint_every = tc.checkpoint_every or max(1, tc.steps // 4)  # resume points
-        if cfg.limit is not None:  # a smoke run (SweepConfig.limit): no resume points, validation on at most N sequences
-            tc.steps, tc.compile, tc.checkpoint_every = min(tc.steps, LIMIT_STEPS), False, 0
-            tc.eval_sequences = min(tc.eval_sequences, cfg.limit)
-        tc.checkpoint_steps = sorted({max(1, round(f * tc.steps)) for f in cfg.checkpoint_fractions})
-        validate_config(tc)
-    except ConfigError as e:
-        raise ConfigError(f"sweep run {data['name']}: {e}") from None
-    return RunSpec(obj, size, seed, tc, flops_per_token)
-
-
-def check_tasks(cfg: SweepConfig) -> None:
-    """Every probe, geometry and mteb task of the sweep exists, before any run trains."""
-    from crossbert_eval.mteb_benchmark import resolve_mteb_tasks
-    from crossbert_eval.tasks import resolve_tasks
-
-    for key in ("probe_tasks", "geometry_tasks"):
-        try:
-            resolve_tasks(getattr(cfg, key))
-        except CrossbertError as e:
-            raise ConfigError(f"sweep field {key!r}: {e}") from None
-    if cfg.mteb_tasks:
-        try:
-            resolve_mteb_tasks(cfg.mteb_tasks, None, cfg.data_root)
-        except CrossbertError as e:
-            raise ConfigError(f"sweep field 'mteb_tasks': {e}") from None
-
-
-# Sweep fields that do not change what a run's probes compute: a run recorded complete stays complete
-# when they change (training is judged by the run's final checkpoint, not by this).
-NOT_PROBING_FIELDS = {
-    "name",
-    "out_dir",
-    "sizes",
-    "objectives",
-    "seeds",
-    "budget",
-    "budget_tokens",
-    "budget_flops",
-    "checkpoint_fractions",
-    "train",
-    "size_overrides",
-    "batch_size",
-    "report_every_s",
-    "data_root",
-    "claim_lease_s",
-    "worker_poll_s",
-    "submitit",
-    "reference_objective",
-    "budget_s",
-    "device",
-    "missing_packages",
-}
-
-
-def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
-    """What `run` was probed for: the sweep's probe settings and the run's probed checkpoints. A run recorded
-    complete under another signature (a probe task added since) is probed again; done units are skipped."""
-    probing = {k: v for k, v in to_dict(cfg).items() if k not in NOT_PROBING_FIELDS}
-    return stable_hash({**probing, "steps": run.train.steps, "checkpoint_steps": run.train.checkpoint_steps})
-
-
-def evaluation_plan(cfg: SweepConfig, folder: SweepDir, final: bool) -> EvaluationPlan:
-    """What a checkpoint of the sweep is evaluated on: every layer the config asks of a final checkpoint, intermediate_layers
-    of the earlier ones. The config's keys become the settings' fields here, once (probe_layers -> layers, parsed;
-    max_probe_train -> max_train, capped by a limited sweep's limit; the sweep's features folder -> cache_dir)."""
-    from .geometry_runner import GeometrySettings
-    from .mteb_runner import MtebSettings
-    from .probe_runner import ProbeSettings
-
-    stores = {"results_dir": str(folder.results), "cache_dir": str(folder.features), "data_root": cfg.data_root}
-    layers = LayerSpec.parse(cfg.probe_layers if final else cfg.intermediate_layers)
-    probe = ProbeSettings(
-        tasks=cfg.probe_tasks,
-        probes=cfg.probes,
-        layers=layers,
-        poolings=cfg.poolings,
-        feature_transforms=cfg.feature_transforms,
-        max_train=_capped(cfg.max_probe_train, cfg.limit),
-        max_eval=cfg.limit,
-        **stores,
-    )
-    geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, **stores)
-    mteb = MtebSettings(
-        tasks=cfg.mteb_tasks,
-        layers=LayerSpec.parse(cfg.mteb_layers) if final else layers,
-        pooling=cfg.poolings[0],
-        out_dir=str(folder.mteb),
-        **stores,
-    )
-    return EvaluationPlan(who=f"sweep {cfg.name}", probe=probe, geometry=geometry, mteb=mteb)
-
-
-def planned_flops_per_token(tc: TrainConfig) -> float:
-    """Training FLOPs per corpus token of the model `tc` trains: the trainer's own model-args translation,
-    so shape overrides (hidden_size, mlp_type, ...) count; the vocabulary is data.vocab_size."""
-    return training_flops_per_token(model_config(tc.model, tc.data), tc.data.seq_len)
-
-
-# ------------------------------------------------------------------------------------------------
 
 
 class Sweep:
@@ -691,96 +365,6 @@ class Sweep:
         self.report()
         log.info("sweep %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
-
-
-def fill_unigram_entropies(
-    root: str | Path, tokenizer: str | Path | None = None, overrides: list[str] | None = None, data_root_dir: str | None = None
-) -> Path:
-    """The unigram entropies (crossbert_model.plateau) of a sweep's runs trained before the trainer recorded
-    them, into <root>/unigram_entropies.jsonl (with each run's own mask ratio), from which the report fills
-    what checkpoints.jsonl lacks. Each run's config comes from the sweep's plan (sweep.yaml, `overrides` as
-    key=value), its corpus is read with the tokenizer the runs were trained with: `tokenizer`, else
-    <root>/tokenizer (a committed sweep's pinned copy), else the run's final checkpoint. The corpus is
-    tokenized once if the token cache (the plan's data.cache_dir) lacks it; no model is loaded."""
-    from crossbert_model.train import unigram_entropies_for_run  # here: the trainer loads only for the command that fills
-
-    set_offline_env()
-    root, folder = Path(root), SweepDir(root)
-    if not folder.config.is_file():
-        raise ConfigError(f"{root}: not a sweep folder (no {folder.config.name}): nothing to fill")
-    cfg = load_config(SweepConfig, folder.config, overrides)
-    cfg.data_root = str(data_root(data_root_dir))  # this machine's: the recorded one may be another's
-    final = {r["run"]: r for r in read_jsonl(folder.models) if r.get("step") == r.get("total_steps")}
-    rows = []
-    for run in [r for r in plan_runs(cfg) if r.key in final]:
-        source = _trained_tokenizer(root, final[run.key], tokenizer)
-        log.info("unigram entropies of %s (tokenizer %s)", run.key, source)
-        entropies = unigram_entropies_for_run(run.train, source)
-        ratio = model_config(run.train.model, run.train.data).mask_ratio
-        rows.append({"run": run.key, "mask_ratio": ratio, **entropies, "tokenizer": str(source), "smoothing": SMOOTHING})
-    atomic_write_text(folder.unigram_entropies, "".join(json.dumps(r) + "\n" for r in rows))
-    return folder.unigram_entropies
-
-
-def _trained_tokenizer(root: Path, final_row: dict, tokenizer: str | Path | None) -> Path:
-    """The tokenizer a sweep's run was trained with: as given, the sweep's pinned copy, or its checkpoint's."""
-    for candidate in (tokenizer, SweepDir(root).tokenizer, final_row.get("checkpoint")):
-        if candidate is not None and (Path(candidate) / "tokenizer.json").is_file():
-            return Path(candidate)
-    raise ConfigError(
-        f"{root}: no tokenizer for run {final_row['run']}: pass the folder its runs were trained with "
-        f"(looked in {tokenizer or '(none given)'}, {root / 'tokenizer'}, {final_row.get('checkpoint')})"
-    )
-
-
-# The optional packages parts of a sweep need: {package: (the part, the config field that asks for it, how to leave it out)}.
-OPTIONAL_PACKAGES = {
-    "faiss": ("the kNN probe", "probes", lambda cfg: setattr(cfg, "probes", [p for p in cfg.probes if p != "knn"])),
-    "mteb": ("mteb tasks", "mteb_tasks", lambda cfg: setattr(cfg, "mteb_tasks", [])),
-}
-
-
-def _asks_for(cfg: SweepConfig, package: str) -> bool:
-    return ("knn" in cfg.probes) if package == "faiss" else bool(cfg.mteb_tasks)
-
-
-def check_machine(cfg: SweepConfig) -> None:
-    """What the sweep needs of this machine, before anything is written: the device it names (with bf16 where its
-    runs train in bf16), and the optional packages its parts need (refused, or left out in one line each)."""
-    import importlib.util
-
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "sweep field 'device': expected a machine with a CUDA GPU (torch.cuda.is_available() is False "
-                "here); set device=null to run on this machine"
-            )
-        if cfg.train.get("dtype") == "bf16" and not torch.cuda.is_bf16_supported():
-            raise ConfigError(f"sweep field 'train.dtype': bf16, which {torch.cuda.get_device_name()} does not support")
-    for package, (part, field_name, leave_out) in OPTIONAL_PACKAGES.items():
-        if not _asks_for(cfg, package) or importlib.util.find_spec(package) is not None:
-            continue
-        if cfg.missing_packages == "refuse":
-            raise ConfigError(
-                f"sweep field '{field_name}': {part} needs the package {package}, which is not installed here; "
-                "install it, or set missing_packages=leave_out to leave its rows out"
-            )
-        leave_out(cfg)
-        log.warning(
-            "sweep %s: %s left out: the package %s is not installed (missing_packages=leave_out)", cfg.name, part, package
-        )
-
-
-def prepare_sweep(cfg: SweepConfig) -> SweepConfig:
-    """Offline unless asked otherwise, the machine checked (check_machine), and the data root resolved once: probes and
-    every run's training read this root. Whatever then runs the sweep (run_sweep here, crossbert_eval.launcher.submit_sweep
-    as cluster jobs) starts so."""
-    set_offline_env()
-    check_machine(cfg)
-    cfg.data_root = str(data_root(cfg.data_root))
-    return cfg
 
 
 def run_sweep(cfg: SweepConfig) -> Path:

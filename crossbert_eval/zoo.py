@@ -34,7 +34,7 @@ import gc
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -72,6 +72,8 @@ class ZooError(CrossbertError, ValueError):
 
 @dataclass
 class ZooModel:
+    ITEM_LABEL = ("name", "model")  # how a message names an entry: models[1] (its name, else its model)
+
     # a model folder, one of our checkpoint / run folders, 'minilm', or a hub id org/name[@revision]
     model: Annotated[str, Text("a model folder, checkpoint, 'minilm' or hub id")]
     name: Annotated[str | None, Text("a display name")] = (
@@ -103,13 +105,13 @@ class ZooConfig:
     ] = field(default_factory=list)
     probe_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
-    probe_layers: Annotated[str | int | list, LAYERS] = "all"  # all | last | N | N,M,... (crossbert_eval.layer_spec)
+    probe_layers: Annotated[LayerSpec, LAYERS] = LayerSpec.ALL  # all | last | N | N,M,... (crossbert_eval.layer_spec)
     max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
     feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
     mteb_tasks: list[str] = field(default_factory=lambda: ["STSBenchmark"])
-    mteb_layers: Annotated[str | int | list, LAYERS] = "last"  # layers mteb evaluates (features of every layer are cached)
+    mteb_layers: Annotated[LayerSpec, LAYERS] = LayerSpec.LAST  # layers mteb evaluates (features of every layer are cached)
     batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
     max_length: Annotated[int | None, POSITIVE_INT] = (
         None  # tokens per text, at most each model's positions (unset: 128, or fewer where a model has fewer)
@@ -224,7 +226,7 @@ def check_zoo_config(cfg: ZooConfig) -> None:
 def preflight(cfg: ZooConfig) -> None:
     """Every model can be found (offline: in a folder or the Hugging Face cache; online: a well-formed hub
     id) and has a pooling, and every mteb task exists, before anything is written."""
-    from crossbert_eval.encoders import HUB_ID, hub_offline, resolve_model
+    from crossbert_eval.model_sources import HUB_ID, hub_offline, resolve_model
 
     problems = []  # every entry that cannot run, all named at once: one fix-and-rerun, not one per entry
     for i, entry in enumerate(cfg.models):
@@ -254,13 +256,13 @@ def preflight(cfg: ZooConfig) -> None:
 
 def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
     """The zoo's tasks, at each model's own pooling (entry_plan puts an entry's in). The config's keys become the
-    settings' fields here, once (probe_layers -> layers, parsed; max_probe_train -> max_train; features_dir -> cache_dir)."""
+    settings' fields here, once (probe_layers -> layers, a LayerSpec since the config was loaded; max_probe_train -> max_train; features_dir -> cache_dir)."""
     from .geometry_runner import GeometrySettings
     from .mteb_runner import MtebSettings
     from .probe_runner import ProbeSettings
 
     stores = {"results_dir": str(folder.results), "cache_dir": str(cfg.features), "data_root": cfg.data_root}
-    layers = LayerSpec.parse(cfg.probe_layers)
+    layers = cfg.probe_layers
     return EvaluationPlan(
         who=f"zoo {cfg.name}",
         probe=ProbeSettings(
@@ -272,9 +274,7 @@ def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
             **stores,
         ),
         geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, **stores),
-        mteb=MtebSettings(
-            tasks=cfg.mteb_tasks, layers=LayerSpec.parse(cfg.mteb_layers), out_dir=str(ZooDir(cfg.root).mteb), **stores
-        ),
+        mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=cfg.mteb_layers, out_dir=str(ZooDir(cfg.root).mteb), **stores),
     )
 
 
@@ -324,8 +324,10 @@ class Zoo:
                     dtype=cfg.dtype,
                     trust_remote_code=entry.trust_remote_code,
                 )
-            except CrossbertError as e:
-                raise ZooError(f"zoo models[{index}] ({name}): {e}") from None
+            except CrossbertError as e:  # a loader's setting said as the zoo's field that sets it
+                entry_field = e.setting in {f.name for f in fields(ZooModel)}
+                said = e.said_with(f"models[{index}].{e.setting}") if entry_field else str(e)
+                raise ZooError(f"zoo models[{index}] ({name}): {said}") from None
         requested = [entry.pooling] if entry.pooling else None  # None: the model's own, recorded as such
         (pooling,), pooling_source = encoder.poolings_and_source(requested)
         self._record(entry, encoder, pooling, pooling_source)

@@ -8,9 +8,9 @@ errors that list the valid ones, so a typo never silently trains the wrong model
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
-import ast
 import inspect
 import io
 import re
@@ -159,11 +159,16 @@ def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending
         raise errors[0] if errors else ConfigError(f"{where}: invalid value {value!r}")
     if tp is Any:
         return value
+    if isinstance(tp, type) and hasattr(tp, "from_config"):  # a typed value (a LayerSpec): parsed here, once
+        try:
+            return tp.from_config(value)
+        except ValueError as e:
+            raise ConfigError(f"{kind} {where!r}: {e}") from None
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise WrongType(where, list, value)
         (item_tp, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(v, item_tp, f"{where}[{i}]", kind, pending) for i, v in enumerate(value)]
+        items = [_coerce(v, item_tp, item_key(where, i, item_tp, v), kind, pending) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
@@ -214,8 +219,28 @@ def from_dict(cls: type[T], data: dict, where: str = "", kind: str | None = None
     return obj
 
 
+def is_section(tp_or_value: Any) -> bool:
+    """A nested config section (a dataclass of fields), not a typed value: a class that reads itself from one config value
+    (`from_config`, such as a LayerSpec) is a leaf, however it is built inside."""
+    return dataclasses.is_dataclass(tp_or_value) and not hasattr(tp_or_value, "from_config")
+
+
 def to_dict(obj: Any) -> dict:
-    return dataclasses.asdict(obj)
+    """A config as plain data (what dump_yaml writes and signatures hash): a typed value (one with `to_config`, such as a
+    LayerSpec) as the user wrote it, so that writing a config back and reading it again gives the same config."""
+    return _plain(obj)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_config"):
+        return value.to_config()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _set_dotted(data: dict, key: str, value: Any, cls: type) -> None:
@@ -239,7 +264,7 @@ def _set_dotted(data: dict, key: str, value: Any, cls: type) -> None:
                 node = node.setdefault(sub, {})
             node[parts[-1]] = value
             return
-        if not dataclasses.is_dataclass(field_type):
+        if not is_section(field_type):
             raise ConfigError(f"config key {key!r}: {'.'.join(parts[: i + 1])} is not a section")
         node = node.setdefault(part, {})
         node_cls = field_type
@@ -283,7 +308,7 @@ def _source_of(message: str, path, overrides: list[str]) -> str:
     the command-line override that set its key (or a key above it), else the YAML file."""
     head = message.split(":", 1)[0]
     quoted = re.match(r"\w+ field '([^']+)'", head)
-    key = re.sub(r"\[\d+\]", "", quoted.group(1) if quoted else head).strip()
+    key = re.sub(r"\[\d+\](?: \(.*?\))?", "", quoted.group(1) if quoted else head).strip()  # models[1] (name).x -> models.x
     for override in reversed(overrides):  # the last override of a key wins, as in parse_overrides
         name = override.split("=", 1)[0].strip()
         if key == name or key.startswith(name + "."):
@@ -299,6 +324,16 @@ class ConfigKey:
     default: Any
     description: str  # the comment the dataclass carries for the field ('' when none)
     limit: str = ""  # its declared limit, short ("> 0", "cosine|linear|constant"; crossbert_model.limits)
+
+
+def item_key(key: str, index: int, item_type: Any, value: Any) -> str:
+    """How a message names a list's item: `models[1]`, and where the item's class declares ITEM_LABEL (the fields that
+    name an item, first set wins) its name too, `models[1] (second)`, so that a refusal points at the entry the user
+    knows by name."""
+    fields = getattr(item_type, "ITEM_LABEL", ())
+    get = value.get if isinstance(value, dict) else lambda name: getattr(value, name, None)
+    label = next((str(get(f)) for f in fields if get(f) not in (None, "")), None)
+    return f"{key}[{index}]" + (f" ({label})" if label else "")
 
 
 def _field_comments(cls: type) -> dict[str, str]:
@@ -348,7 +383,7 @@ def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:
         if not f.init:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
+        if is_section(default):
             sections += config_keys(type(default), f"{prefix}{f.name}.")
         else:
             tp = annotated[f.name]

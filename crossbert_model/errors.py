@@ -49,8 +49,26 @@ NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 QUOTED_ERRNO = re.compile(r"os error (\d+)|\[Errno (\d+)\]")
 
 
+# Where a message names the setting it tells the user to change (CrossbertError's `setting`).
+SETTING = "{setting}"
+
+
 class CrossbertError(Exception):
-    """A user-facing error: one clear line, exit code 2."""
+    """A user-facing error: one clear line, exit code 2.
+
+    `setting`: the one setting the message tells the user to change, as the library names it (`allow_pickle`), written
+    SETTING in the message. A caller that sets it under another name says it its own way (`said_with`): the command
+    line with its option (`--allow-pickle`), a zoo with its entry's field. The library never names an option."""
+
+    def __init__(self, *args, setting: str | None = None):
+        self.setting, self.template = setting, args[0] if args else ""
+        if setting is not None:
+            args = (self.template.replace(SETTING, setting), *args[1:])
+        super().__init__(*args)
+
+    def said_with(self, name: str) -> str:
+        """The message with the setting named `name`."""
+        return self.template.replace(SETTING, name)
 
 
 class Terminated(KeyboardInterrupt):

@@ -31,7 +31,7 @@ import types
 import typing
 from typing import Any, Callable
 
-from .args import FOLDER_NAME, FOLDER_NAME_EXPECTED, ConfigError, close_matches, config_keys
+from .args import FOLDER_NAME, FOLDER_NAME_EXPECTED, ConfigError, close_matches, config_keys, is_section, item_key
 
 INF = math.inf
 
@@ -253,28 +253,6 @@ class Check(Limit):
         return self.problem(value) is None
 
 
-class Parsed(Limit):
-    """A value a parser accepts: `lazy` 'package.module:function' (or 'package.module:Class.method') raises a ValueError
-    (CrossbertError) worded 'expected ..., got ...' for a value it refuses (crossbert_eval.layer_spec.LayerSpec.parse)."""
-
-    def __init__(self, lazy: str, shown: str, heavy: bool = True):
-        self.lazy, self.shown, self.heavy, self.expected = lazy, shown, heavy, shown
-
-    def refusal(self, value, optional: bool = False) -> str | None:
-        module, _, name = self.lazy.partition(":")
-        parser = importlib.import_module(module)
-        for part in name.split("."):
-            parser = getattr(parser, part)
-        try:
-            parser(value)
-        except ValueError as e:
-            return str(e)
-        return None
-
-    def ok(self, value) -> bool:
-        return self.refusal(value) is None
-
-
 class OutsideDataRoot(Limit):
     """A folder outputs go to: never inside the data root (crossbert_model.utils.check_outside_data_root)."""
 
@@ -448,12 +426,12 @@ def _check_value(value: Any, tp: Any, key: str, kind: str, heavy: list) -> None:
             heavy.append(lambda limit=limit: limit.check(value, key, kind, optional))
         else:
             limit.check(value, key, kind, optional)
-    if dataclasses.is_dataclass(base) and dataclasses.is_dataclass(value):
+    if is_section(base) and is_section(value):
         _check_fields(value, key + ".", kind, heavy)
     elif typing.get_origin(base) is list and isinstance(value, list):
         (item,) = typing.get_args(base) or (Any,)
         for i, v in enumerate(value):
-            _check_value(v, item, f"{key}[{i}]", kind, heavy)
+            _check_value(v, item, item_key(key, i, limits_in(item)[0], v), kind, heavy)
 
 
 # -- relations between fields -------------------------------------------------------------------------------------
@@ -481,7 +459,7 @@ def check_relations(obj: Any, prefix: str = "") -> None:
     """Each section's relations (nested sections first), then the class's own: the first broken one raises."""
     for name, tp in field_hints(type(obj)).items():
         value = getattr(obj, name)
-        if dataclasses.is_dataclass(value) and dataclasses.is_dataclass(_without_none(limits_in(tp)[0])):
+        if is_section(value) and is_section(_without_none(limits_in(tp)[0])):
             check_relations(value, f"{prefix}{name}.")
     for _, method in relations_of(type(obj)):
         method(obj, prefix)

@@ -46,7 +46,7 @@ def package_code_file(name: str) -> Path:
 
 def sentence_length(config: CrossBertConfig) -> int:
     """Tokens per text sentence-transformers keeps: the probes' default (MAX_LENGTH), or the positions the
-    model was trained with where fewer (as crossbert_eval.encoders.fitted_max_length decides for the probes)."""
+    model was trained with where fewer (as crossbert_eval.model_sources.fitted_max_length decides for the probes)."""
     return min(MAX_LENGTH, config.max_position_embeddings)
 
 

@@ -15,9 +15,7 @@ from pathlib import Path
 
 from .readers import ReadError, read_json
 from .config import CrossBertConfig
-from .errors import CrossbertError
-
-TRUST_OPTION = "--trust-remote-code"
+from .errors import SETTING, CrossbertError
 
 
 class RemoteCodeError(CrossbertError):
@@ -38,7 +36,7 @@ def code_allowed(folder: str | Path, trust_remote_code: bool) -> bool:
     return bool(trust_remote_code) and not is_own_checkpoint(folder)
 
 
-def from_pretrained(loader, folder: str | Path, *, trust_remote_code: bool, how_to_allow: str = TRUST_OPTION, **kwargs):
+def from_pretrained(loader, folder: str | Path, *, trust_remote_code: bool, setting: str = "trust_remote_code", **kwargs):
     """`loader.from_pretrained(folder)` (an Auto class or a concrete one), local files only, with an
     explicit trust_remote_code. A folder that needs its own code, not trusted: one line saying so."""
     try:
@@ -51,5 +49,6 @@ def from_pretrained(loader, folder: str | Path, *, trust_remote_code: bool, how_
         raise RemoteCodeError(
             f"{folder}: loading it needs the Python code the folder carries (auto_map in its config.json or "
             f"tokenizer_config.json, for a model type transformers does not know); that code is not run unless you "
-            f"pass {how_to_allow}, for a folder you trust"
+            f"set {SETTING}, for a folder you trust",
+            setting=setting,
         ) from None

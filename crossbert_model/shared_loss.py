@@ -175,7 +175,7 @@ def shared_losses_for_checkpoint(
 
     The same numbers `Trainer.evaluate` records for runs trained since, given the same eval_sequences
     and dtype; also scores runs trained before the protocol existed. (The unigram entropies of the
-    same targets: crossbert_model.train.unigram_entropies_for_checkpoint.)"""
+    same targets: crossbert_model.validation.unigram_entropies_for_checkpoint.)"""
     from .checkpoint import pretraining_model_from_pretrained, read_trainer_state
     from .data.sequences import prepare_data
     from .data.tokenizer import check_tokenizer_matches

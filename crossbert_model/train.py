@@ -60,20 +60,20 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .claims import exclusive_folder
-from .config import CrossBertConfig
 from .data.corpus import corpus_location
-from .data.sequences import CorpusData, EpochSampler, prepare_data, unigram_counts
+from .data.sequences import CorpusData, EpochSampler, prepare_data
 from .logs import duration
 from .hardware import matmul_flops, torch_autocast_dtype
-from .masking import MASKING_SCHEME, RowRandom, target_ids
+from .masking import MASKING_SCHEME, RowRandom
 from .model import Block, PredictorBlock
 from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
-from .plateau import SMOOTHING, UNIGRAM_ENTROPY_VAL, protocol_unigram_entropies, unigram_cross_entropy
+from .plateau import SMOOTHING
 from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
 from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, set_offline_env
+from .validation import unigram_entropies, validation_batches
 from .readers import read_jsonl
 from .errors import CrossbertError, report_crashes_in
-from .train_config import OptimArgs, TrainConfig, checkpoint_train_config, model_config, validate_config
+from .train_config import OptimArgs, TrainConfig, model_config, validate_config
 from .resume import check_masking_scheme, check_resume_compatible, resolve_run_precision
 from .tracking import Trackers, open_trackers
 
@@ -122,48 +122,6 @@ def step_generator(seed: int, step: int, stream: int = 0) -> RowRandom:
     """The masking randomness of one step, rows from global row 0 (`RowRandom.from_row` for others):
     independent of process count and of where the run was resumed."""
     return RowRandom(seed, step, stream)
-
-
-def validation_batches(data: CorpusData, n: int, config: CrossBertConfig, seed: int, batch_size: int) -> Iterator[dict]:
-    """The fixed batches `val_loss` scores: the first n validation sequences in batches of `batch_size`,
-    with the objective's own masks drawn per sequence from the run seed (stream 1): the same at every
-    evaluation, whatever the batch size. Whole batches: under DDP each process scores its share of each."""
-    masks = step_generator(seed, 0, stream=1)
-    for start in range(0, n, batch_size):
-        ids = data.val.get(np.arange(start, min(n, start + batch_size)))
-        yield pretraining_batch(ids, torch.ones_like(ids), config, masks.from_row(start))
-
-
-def unigram_entropies(data: CorpusData, config: CrossBertConfig, cfg: TrainConfig) -> dict[str, float]:
-    """The unigram plateau of a run (crossbert_model.plateau): the cross-entropy, under the unigram
-    distribution of its training sequences, of the targets `val_loss` scores (`unigram_entropy_val`)
-    and of those the shared protocol scores at each of the run's ratios (`unigram_entropy_r15`, ...)."""
-    n = min(cfg.eval_sequences, len(data.val))
-    if n == 0:
-        return {}
-    counts = unigram_counts(data.train, config.vocab_size)
-    val_targets = torch.cat([target_ids(b) for b in validation_batches(data, n, config, cfg.seed, cfg.batch_size)])
-    shared = protocol_unigram_entropies(counts, data.val.get(np.arange(n)), config.mask_ratio)
-    return {UNIGRAM_ENTROPY_VAL: unigram_cross_entropy(counts, val_targets), **shared}
-
-
-def unigram_entropies_for_run(cfg: TrainConfig, tokenizer: str | Path | None = None) -> dict[str, float]:
-    """The unigram entropies the trainer records, for a run trained before it recorded them: from the
-    run's config (its config.yaml, or a sweep's plan) and the tokenizer it was trained with (a folder;
-    default: the config's data.tokenizer). The corpus is read from the token cache, or tokenized once."""
-    set_offline_env()
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data))
-    cfg.data.tokenizer = str(tokenizer) if tokenizer is not None else cfg.data.tokenizer
-    if "data_root" in cfg.data.corpus:
-        cfg.data.data_root = str(data_root(cfg.data.data_root))
-    data = prepare_data(cfg.data)
-    return unigram_entropies(data, model_config(cfg.model, cfg.data, data.tokenizer), cfg)
-
-
-def unigram_entropies_for_checkpoint(path: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
-    """The unigram entropies of the run a checkpoint folder (runs/<name>/checkpoints/step_N) belongs to,
-    with the checkpoint's tokenizer: the numbers the trainer records in runs trained since."""
-    return unigram_entropies_for_run(checkpoint_train_config(path, overrides))
 
 
 def make_optimizer(model: torch.nn.Module, o: OptimArgs, device: torch.device = torch.device("cpu")) -> torch.optim.AdamW:

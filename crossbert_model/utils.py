@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
-from .errors import CrossbertError, named_as_final
+from .errors import SETTING, CrossbertError, named_as_final
 from .readers import ReadError, read_text
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout (a plain install: site-packages)
@@ -78,7 +78,7 @@ def data_root(explicit: str | os.PathLike | None = None) -> Path:
     ../shared/data beside the checkout. A root that is named (option or variable) but missing is an
     error, never a silent fall-back to the default. Entry points resolve it once and pass it down."""
     if explicit:
-        return _existing_root(Path(explicit), "--data-root / data_root")
+        return _existing_root(Path(explicit), SETTING, "data_root")
     if os.environ.get(DATA_ROOT_ENV):
         return _existing_root(Path(os.environ[DATA_ROOT_ENV]), f"${DATA_ROOT_ENV}")
     candidates = [PROJECT_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
@@ -87,7 +87,8 @@ def data_root(explicit: str | os.PathLike | None = None) -> Path:
             return c.resolve()
     raise DataRootError(
         f"data root not found; looked in: {', '.join(str(c) for c in candidates)}. "
-        f"Pass --data-root or set {DATA_ROOT_ENV} to the folder holding MANIFEST.md."
+        f"Set {SETTING} or {DATA_ROOT_ENV} to the folder holding MANIFEST.md.",
+        setting="data_root",
     )
 
 
@@ -103,9 +104,11 @@ def check_outside_data_root(path: str | os.PathLike, name: str) -> None:
         raise CrossbertError(f"{name} {str(path)!r}: expected a folder outside the data root {root} (outputs never go there)")
 
 
-def _existing_root(path: Path, given_by: str) -> Path:
+def _existing_root(path: Path, given_by: str, setting: str | None = None) -> Path:
     if not path.is_dir():
-        raise DataRootError(f"data root {path} (from {given_by}) is not a folder; expected the folder holding MANIFEST.md")
+        raise DataRootError(
+            f"data root {path} (from {given_by}) is not a folder; expected the folder holding MANIFEST.md", setting=setting
+        )
     return path.resolve()
 
 

@@ -406,7 +406,7 @@ CASES = {
     "disk full during a feature write": Case(
         lambda t, c: _probe_argv(t, _nano_model(t)),
         ["/f/", "No space left on device", "run the same command again"],
-        around=lambda t: mock.patch("crossbert_eval.encoders.np.save", _disk_full()),
+        around=lambda t: mock.patch("crossbert_eval.feature_cache.np.save", _disk_full()),
         untouched=("f", "r/claims"),
     ),
     "pickle weights carrying a payload, allowed": Case(
@@ -485,7 +485,7 @@ CASES = {
     ),
     "tokenizer folder that needs its own code (stdin says y)": Case(
         lambda t, c: _train_argv(c, t / "runs", f"data.tokenizer={folder_with_own_code(t / 'in', t / 'code-ran')}"),
-        ["auto_map", "data.trust_remote_code=true"],
+        ["auto_map", "set data.trust_remote_code,"],
         around=lambda t: _stdin_says_yes(),
         untouched=("runs", "code-ran"),
     ),

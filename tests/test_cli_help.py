@@ -17,7 +17,7 @@ import pytest
 from tqdm import tqdm
 
 from crossbert_eval.cli import main
-from crossbert_eval.encoders import EncoderError, resolve_model
+from crossbert_eval.model_sources import EncoderError, resolve_model
 from crossbert_eval.tasks import get_task
 from crossbert_model.args import close_matches, config_keys, to_dict
 from crossbert_model.errors import USER_ERROR_EXIT

@@ -7,7 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from crossbert_eval.encoders import EncoderError, FrozenEncoder, read_sentence_transformers_layout, resolve_model
+from crossbert_eval.encoders import FrozenEncoder
+from crossbert_eval.model_sources import EncoderError, read_sentence_transformers_layout, resolve_model
 from crossbert_eval.layer_spec import LayerSpec
 from crossbert_model.checkpoint import CheckpointError
 from crossbert_model.data.tokenizer import minilm_path
@@ -180,7 +181,7 @@ def test_pickle_weights_are_refused_unless_allowed(tiny_bert):
         FrozenEncoder.load(str(folder))
     assert str(caught.value) == (
         f"{folder / 'pytorch_model.bin'}: pickle weights are refused (they can run code when loaded); "
-        "convert to safetensors or pass --allow-pickle / allow_pickle=True if you trust the file"
+        "convert them to safetensors, or allow pickles (allow_pickle) if you trust the file"
     )
     trusted = FrozenEncoder.load(str(folder), allow_pickle=True, dtype="fp32")
     safe = FrozenEncoder.load(str(tiny_bert["safe"]), dtype="fp32")
@@ -221,5 +222,5 @@ def test_the_default_max_length_fits_the_models_positions_and_an_asked_one_must(
     folder = str(nano_checkpoint(0, max_position_embeddings=64))  # as our trainer saves a run at seq_len 64
     assert FrozenEncoder.load(folder).max_length == 64  # the default 128, cut to the positions it was trained on
     assert FrozenEncoder.load(folder, max_length=32).max_length == 32
-    with pytest.raises(EncoderError, match=r"^--max-length 65: .* has positions for at most 64 tokens"):
+    with pytest.raises(EncoderError, match=r"^max_length 65: .* has positions for at most 64 tokens"):
         FrozenEncoder.load(folder, max_length=65)

@@ -273,7 +273,7 @@ def test_export_refusals_are_one_line_exit_2_and_write_nothing(case, runs, tmp_p
         expected = "model_type is 'bert', expected 'crossbert'"
     elif case == "push_offline":
         argv += ["--push", "me/tiny"]
-        expected = f"--push me/tiny: offline (HF_HUB_OFFLINE=1), nothing written; run `crossbert export` without --push, then upload {dest} when online with `hf upload me/tiny {dest}`"
+        expected = f"--push me/tiny: offline (HF_HUB_OFFLINE=1), nothing written; export without --push, then upload {dest} when online with `hf upload me/tiny {dest}`"
     elif case == "push_bad_id":
         argv += ["--push", "no-org"]
         env = {"CROSSBERT_ONLINE": "1", "HF_HUB_OFFLINE": "0"}

@@ -186,7 +186,8 @@ SWEEP_KEYS = [
 @given(overrides=st.lists(st.tuples(st.sampled_from(SWEEP_KEYS), VALUES), min_size=1, max_size=3))
 def test_sweep_config_overrides(overrides, tmp_path):
     from crossbert_model.args import load_config
-    from crossbert_eval.sweep import SweepConfig, check_machine, plan_runs
+    from crossbert_eval.sweep_config import SweepConfig
+    from crossbert_eval.sweep_plan import check_machine, plan_runs
 
     def call():
         cfg = load_config(

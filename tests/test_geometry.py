@@ -146,7 +146,8 @@ def _geometry_cli(tmp_path, *extra):
 def test_geometry_cli_writes_one_row_per_metric_per_layer_from_the_cache_and_reruns_nothing(tmp_path, capsys):
     import json
 
-    from crossbert_eval.encoders import FeatureCache, FrozenEncoder
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.feature_cache import FeatureCache
     from crossbert_model.utils import texts_digest
     from crossbert_eval.tasks import get_task
 

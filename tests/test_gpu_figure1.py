@@ -14,7 +14,8 @@ import pytest
 
 from crossbert_model.args import ConfigError, dump_yaml, load_config
 from crossbert_model.readers import read_jsonl
-from crossbert_eval.sweep import SweepConfig, check_machine
+from crossbert_eval.sweep_config import SweepConfig
+from crossbert_eval.sweep_plan import check_machine
 from crossbert_eval.wall_budget import PREDICTION_MARGIN, REPORT_RESERVE_S, RunCost, WallBudget, measured_rates, predicted_seconds
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +75,7 @@ def test_a_run_predicted_past_the_budget_is_refused_and_one_inside_it_is_not():
 
 @pytest.mark.parametrize("value", [0, -5, "soon", float("nan"), True])
 def test_a_budget_that_is_not_a_positive_number_of_seconds_is_refused_before_anything_runs(value, tmp_path):
-    from crossbert_eval.sweep import plan_runs
+    from crossbert_eval.sweep_plan import plan_runs
 
     with pytest.raises(ConfigError, match=r"budget_s'?: expected (a positive number of seconds|float)"):
         plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", f"budget_s={value}"]))

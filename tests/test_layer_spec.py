@@ -180,7 +180,8 @@ def test_a_sweep_builds_each_stages_settings_once_from_its_config_fields(tmp_pat
     from crossbert_eval.folder_layout import SweepDir
     from crossbert_eval.mteb_runner import MtebSettings
     from crossbert_eval.probe_runner import ProbeSettings
-    from crossbert_eval.sweep import SweepConfig, evaluation_plan
+    from crossbert_eval.sweep_config import SweepConfig
+    from crossbert_eval.sweep_plan import evaluation_plan
     from crossbert_model.args import load_config
 
     cfg = load_config(
@@ -208,6 +209,28 @@ def test_a_sweep_builds_each_stages_settings_once_from_its_config_fields(tmp_pat
     assert final.mteb.pooling == cfg.poolings[0] and final.mteb.out_dir == str(cfg.root / "mteb")
 
 
+def test_a_sweep_configs_layer_fields_are_parsed_once_at_load_and_written_back_as_given(parses, tmp_path):
+    # catches: a layer field re-parsed by the plan's checks or when the settings are built (3 + 3 + 3 parses of three
+    # fields before), or a typed field written back in another form (sweep.yaml and every run's signature would change)
+    from crossbert_eval.folder_layout import SweepDir
+    from crossbert_eval.sweep_config import SweepConfig
+    from crossbert_eval.sweep_plan import completion_signature, evaluation_plan, plan_runs
+    from crossbert_model.args import dump_yaml, load_config, to_dict
+
+    overrides = [f"out_dir={tmp_path}", "probe_layers=0,-1", "intermediate_layers=2", "mteb_layers=[0, 2]"]
+    cfg = load_config(SweepConfig, "configs/sweep/cpu_small.yaml", overrides)
+    assert sorted(map(str, parses)) == ["0,-1", "2", "[0, 2]"]
+    runs = plan_runs(cfg)
+    for final in (True, False):
+        evaluation_plan(cfg, SweepDir(cfg.root), final)
+    assert len(parses) == 3
+    written = {k: to_dict(cfg)[k] for k in ("probe_layers", "intermediate_layers", "mteb_layers")}
+    assert written == {"probe_layers": "0,-1", "intermediate_layers": 2, "mteb_layers": [0, 2]}
+    (tmp_path / "sweep.yaml").write_text(dump_yaml(cfg))
+    reloaded = load_config(SweepConfig, tmp_path / "sweep.yaml")
+    assert reloaded == cfg and completion_signature(reloaded, runs[0]) == completion_signature(cfg, runs[0])
+
+
 @pytest.mark.parametrize(
     "override, field",
     [
@@ -217,7 +240,7 @@ def test_a_sweep_builds_each_stages_settings_once_from_its_config_fields(tmp_pat
     ],
 )
 def test_a_bad_layer_spec_in_a_sweep_config_is_named_as_its_config_field(override, field, tmp_path):
-    from crossbert_eval.sweep import SweepConfig
+    from crossbert_eval.sweep_config import SweepConfig
     from crossbert_model.args import ConfigError, load_config
 
     with pytest.raises(ConfigError) as e:
@@ -226,7 +249,8 @@ def test_a_bad_layer_spec_in_a_sweep_config_is_named_as_its_config_field(overrid
 
 
 def test_a_sweep_field_refused_in_code_names_the_field_not_an_option(tmp_path):
-    from crossbert_eval.sweep import SweepConfig, plan_runs
+    from crossbert_eval.sweep_config import SweepConfig
+    from crossbert_eval.sweep_plan import plan_runs
     from crossbert_model.args import ConfigError, load_config
 
     cfg = load_config(SweepConfig, "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}"])
@@ -246,7 +270,8 @@ def test_a_sweep_field_refused_in_code_names_the_field_not_an_option(tmp_path):
 def test_a_layer_spec_a_yaml_file_reads_as_a_number_or_list_is_the_same_spec(override, spec, tmp_path):
     # catches: `probe_layers: 2` in a config refused (YAML reads it as a number) though the grammar takes N
     from crossbert_eval.folder_layout import SweepDir
-    from crossbert_eval.sweep import SweepConfig, evaluation_plan, plan_runs
+    from crossbert_eval.sweep_config import SweepConfig
+    from crossbert_eval.sweep_plan import evaluation_plan, plan_runs
     from crossbert_model.args import load_config
 
     cfg = load_config(SweepConfig, "configs/sweep/cpu_small.yaml", [f"out_dir={tmp_path}", override])
@@ -261,8 +286,8 @@ def test_a_zoo_maps_its_config_fields_to_the_settings_once_and_an_entry_changes_
     cfg = ZooConfig(
         models=[ZooModel(model="minilm")],
         out_dir=str(tmp_path),
-        probe_layers="0,6",
-        mteb_layers=-1,
+        probe_layers=LayerSpec.of(0, 6),
+        mteb_layers=LayerSpec.of(-1),
         max_probe_train=200,
         features_dir=str(tmp_path / "shared"),
     )

@@ -61,6 +61,8 @@ COMPUTATION = (
     "crossbert_eval.mteb_encoder",
     "crossbert_eval.mteb_tasks",
     "crossbert_eval.encoders",
+    "crossbert_eval.model_sources",
+    "crossbert_eval.feature_cache",
     "crossbert_eval.evaluation",
     "crossbert_eval.results",
     "crossbert_eval.baselines",
@@ -175,4 +177,48 @@ def test_the_state_check_catches_what_the_zoo_once_did(tmp_path):
         "build: CAPTIONS.clear(...)",
         "build: CAPTIONS[name] = ...",
         "build: R.COLORS[f] = ...",
+    ]
+
+
+def _command_line_options() -> set[str]:
+    """Every option of every `crossbert` command."""
+    from crossbert_eval.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    return {o for p in commands.values() for a in p._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+
+
+def _options_in_raised_messages(path: Path, options: set[str]) -> list[str]:
+    """`raise` statements of a module whose message text names a command-line option."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            text = " ".join(c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+            found += [f"{path.name}:{node.lineno}: {o}" for o in options if _option_pattern(o).search(text)]
+    return found
+
+
+def _option_pattern(option: str):
+    import re
+
+    return re.compile(rf"(?<![\w-]){re.escape(option)}(?![\w-])")
+
+
+def test_no_library_error_names_a_command_line_option():
+    """A library names the setting (a field, a keyword; CrossbertError's `setting`); the command line says it with its
+    option (crossbert_eval.cli.settings_as_options), a zoo with its entry's field. An option named inside the library is
+    wrong wherever else the library is called."""
+    options = _command_line_options()
+    assert {"--allow-pickle", "--max-length", "--trust-remote-code", "--data-root", "--push"} <= options
+    library = {name: path for name, path in _modules().items() if name != "crossbert_eval.cli"}
+    assert [hit for path in library.values() for hit in _options_in_raised_messages(path, options)] == []
+
+
+def test_the_option_check_catches_a_message_that_names_one(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text('def load(n):\n    raise ValueError(f"--max-length {n}: too long; pass --allow-pickle")\n')
+    assert sorted(_options_in_raised_messages(old, {"--max-length", "--allow-pickle", "--k"})) == [
+        "old.py:2: --allow-pickle",
+        "old.py:2: --max-length",
     ]

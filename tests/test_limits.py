@@ -6,7 +6,6 @@ relations between fields are declared once, in the class, naming the fields they
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import typing
 from pathlib import Path
@@ -15,9 +14,10 @@ import pytest
 import yaml
 
 from crossbert_eval.cli import build_parser, main
-from crossbert_eval.sweep import SweepConfig, plan_runs
+from crossbert_eval.sweep_config import SweepConfig
+from crossbert_eval.sweep_plan import plan_runs
 from crossbert_eval.zoo import ZooConfig, check_zoo_config
-from crossbert_model.args import ConfigError, deep_merge, load_config
+from crossbert_model.args import ConfigError, deep_merge, is_section, load_config
 from crossbert_model.data_args import DataArgs
 from crossbert_model.errors import USER_ERROR_EXIT
 from crossbert_model.limits import Limit, check_limits, field_hints, limits_in, relations_of
@@ -62,7 +62,7 @@ def _config_classes() -> list[type]:
         found.append(cls)
         for tp in field_hints(cls).values():
             for inner in _types_within(tp):
-                if dataclasses.is_dataclass(inner):
+                if is_section(inner):
                     visit(inner)
 
     for cls in CONFIGS:
@@ -99,7 +99,7 @@ def test_every_config_field_declares_its_limit_or_is_a_listed_exception():
     limited, unlimited = [], []
     for cls in classes:
         for name, tp in field_hints(cls).items():
-            if any(dataclasses.is_dataclass(t) for t in _types_within(tp)) and not limits_in(tp)[1]:
+            if any(is_section(t) for t in _types_within(tp)) and not limits_in(tp)[1]:
                 continue  # a nested section: its own fields are walked
             (limited if _has_limit(tp) else unlimited).append(f"{cls.__name__}.{name}")
     assert sorted(set(unlimited) - set(UNLIMITED)) == [], (
@@ -169,7 +169,7 @@ def test_each_relation_names_fields_of_its_own_class():
             REPO / "configs/zoo/offline.yaml",
             "models: [{model: minilm, name: ''}]\n",
             "models=[{model: minilm, name: ''}]",
-            "zoo field 'models[0].name'",
+            "zoo field 'models[0] (minilm).name'",
             "a display name or null, got ''",
         ),
     ],

@@ -324,7 +324,7 @@ def test_an_mteb_name_with_only_a_local_variant_says_so(tmp_path, no_network):
 
 
 def test_mteb_max_length_is_the_models_own_and_keys_the_feature_cache():
-    from crossbert_eval.encoders import FeatureCache
+    from crossbert_eval.feature_cache import FeatureCache
 
     own, short = FrozenEncoder.load("minilm", own_length=True), FrozenEncoder.load("minilm")
     assert own.max_length == 256 and short.max_length == 128  # sentence_bert_config.json / the probes' default

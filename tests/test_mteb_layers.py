@@ -12,7 +12,8 @@ import pytest
 
 from crossbert_eval import cli
 from crossbert_eval.cli import main
-from crossbert_eval.encoders import FeatureCache, FrozenEncoder
+from crossbert_eval.encoders import FrozenEncoder
+from crossbert_eval.feature_cache import FeatureCache
 from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.mteb_runner import MtebSettings, nothing_left_on_refusal, run_mteb
 from crossbert_eval.report.text_tables import mteb_text_table

@@ -176,7 +176,8 @@ def test_csv_tables(tmp_path):
 
 
 def test_a_damaged_feature_cache_file_is_encoded_again(tmp_path):
-    from crossbert_eval.encoders import FeatureCache, FrozenEncoder
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.feature_cache import FeatureCache
 
     minilm = FrozenEncoder.load("minilm", dtype="fp32")
     cache, texts = FeatureCache(tmp_path), ["a first sentence", "and a second one"]

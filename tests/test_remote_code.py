@@ -49,7 +49,7 @@ def test_probe_runs_no_code_of_a_model_folder_with_stdin_answering_yes(tmp_path)
     assert done.returncode == USER_ERROR_EXIT, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"crossbert probe: error: {folder}: loading it needs the Python code the folder carries (auto_map in its config.json "
-        "or tokenizer_config.json, for a model type transformers does not know); that code is not run unless you pass "
+        "or tokenizer_config.json, for a model type transformers does not know); that code is not run unless you set "
         "--trust-remote-code, for a folder you trust"
     ]
     assert not marker.exists() and not (tmp_path / "r").exists()
@@ -57,7 +57,7 @@ def test_probe_runs_no_code_of_a_model_folder_with_stdin_answering_yes(tmp_path)
 
 def test_a_tokenizer_folder_for_training_runs_no_code_without_the_config_key(tmp_path, stdin_says_yes):
     marker = tmp_path / "code-ran"
-    with pytest.raises(RemoteCodeError, match="data.trust_remote_code=true"):
+    with pytest.raises(RemoteCodeError, match="unless you set data.trust_remote_code, "):
         load_tokenizer(folder_with_own_code(tmp_path, marker))
     assert not marker.exists()
 

@@ -7,7 +7,6 @@ heading says whether a plot is on the first screen; the control, the same page w
 plot that the share measures.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,13 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crossbert_model.readers import read_jsonl
-
-REPO = Path(__file__).resolve().parents[1]
-# Rows written by the committed cpu_small sweep's probes: real scores with their bootstrap intervals.
-REAL_ROWS = REPO / "results" / "cpu_small" / "results" / "results.jsonl.xz"
-MODELS = ("mlm-tiny-s0@400", "crossbert-tiny-s0@400")
-TASKS = ("SST-2", "MRPC")
+TASKS = "SST-2,MRPC"
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-headless-shell", "chromium-browser"))), None)
 # CI installs Chromium (.ci/run) and sets CROSSBERT_REQUIRE_BROWSER=1: there a missing browser fails instead of skipping
@@ -68,13 +61,17 @@ def coloured_share(pixels: np.ndarray) -> float:
 
 
 @pytest.fixture
-def real_store(tmp_path) -> Path:
-    """A `--results` folder holding the real rows of two models on two tasks (and nothing of the sweep around them)."""
-    rows = read_jsonl(REAL_ROWS)
-    keep = [r for r in rows if r["model"] in MODELS and r["task"] in TASKS and r["probe"] in ("linear", "knn")]
-    assert len(keep) > 20
-    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
-    return tmp_path
+def real_store(nano_checkpoint, tmp_path) -> Path:
+    """A `--results` folder of real probe rows, written here: two nano models (flat MLM and CrossBERT, untrained, with
+    the corpus tokenizer) probed on every layer of two real tasks, linear and kNN, with bootstrap intervals."""
+    from crossbert_eval.cli import main
+
+    store = tmp_path / "store"
+    for objective in ("mlm", "crossbert"):
+        model = nano_checkpoint(0, objective)
+        options = ["--tasks", TASKS, "--layers", "all", "--max-train", "300", "--results", str(store)]
+        main(["probe", str(model), *options, "--cache", str(tmp_path / "features")])
+    return store
 
 
 def test_the_first_screen_of_a_report_in_chromium_is_a_plot_not_a_table(real_store, tmp_path_factory):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from crossbert_eval.sweep import SweepConfig, check_machine, check_tasks, plan_runs
+from crossbert_eval.sweep_config import SweepConfig
+from crossbert_eval.sweep_plan import check_machine, check_tasks, plan_runs
 from crossbert_eval.zoo import ZooConfig, ZooError, check_zoo_config, preflight
 from crossbert_model.args import load_config
 from crossbert_model.train_config import TrainConfig, validate_config

@@ -19,7 +19,10 @@ import pytest
 from crossbert_model.args import ConfigError, deep_merge, dump_yaml, load_config
 from crossbert_model.utils import append_jsonl
 from crossbert_model.readers import read_jsonl
-from crossbert_eval.sweep import Sweep, SweepConfig, plan_runs
+from crossbert_eval.layer_spec import LayerSpec
+from crossbert_eval.sweep import Sweep
+from crossbert_eval.sweep_config import SweepConfig
+from crossbert_eval.sweep_plan import plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +54,7 @@ def tiny_sweep(tmp_path: Path, corpus_args, name: str, **fields) -> Path:
         probe_tasks=["SST-2", "STS-B"],
         max_probe_train=400,
         mteb_tasks=["STS16"],
-        mteb_layers="all",
+        mteb_layers=LayerSpec.ALL,
     )
     cfg = dataclasses.replace(cfg, **{**fields, "train": deep_merge(cfg.train, fields.get("train", {}))})
     path = tmp_path / f"{name}.yaml"
@@ -272,7 +275,7 @@ def test_a_sweep_run_trained_before_unigram_entropies_were_recorded_gets_them_fi
     the sweep's plan and the run's tokenizer, the same numbers the trainer records now, and the report reads them."""
     from crossbert_eval.report.loading import load_checkpoints
     from crossbert_eval.report.tables import plateau_table
-    from crossbert_eval.sweep import fill_unigram_entropies
+    from crossbert_eval.plateau_backfill import fill_unigram_entropies
     from crossbert_model.train import train
 
     cfg = load_config(SweepConfig, tiny_sweep(tmp_path, corpus_args, "old"), ["budget_tokens=1024"])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from crossbert_eval.sweep import LIMIT_SEEDS, LIMIT_STEPS, SweepConfig, plan_runs
+from crossbert_eval.sweep_config import LIMIT_SEEDS, LIMIT_STEPS, SweepConfig
+from crossbert_eval.sweep_plan import plan_runs
 from crossbert_model.args import ConfigError, dump_yaml, load_config
 from crossbert_model.readers import read_jsonl
 

@@ -13,7 +13,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from crossbert_eval.cli import main
-from crossbert_eval.sweep import SweepConfig, plan_runs
+from crossbert_eval.sweep_config import SweepConfig
+from crossbert_eval.sweep_plan import plan_runs
 from crossbert_model.args import load_config
 from crossbert_model.checkpoint import list_checkpoints
 from crossbert_model.tracking import scalars, wandb_run_id

@@ -631,7 +631,7 @@ def test_a_run_records_the_unigram_entropies_of_the_targets_its_losses_score(cor
     every loss it records has beside it the unigram entropy of exactly its targets."""
     from crossbert_model.plateau import unigram_cross_entropy
     from crossbert_model.shared_loss import protocol_selections
-    from crossbert_model.train import unigram_entropies_for_checkpoint
+    from crossbert_model.validation import unigram_entropies_for_checkpoint
 
     cfg = tiny_config(corpus_args, tmp_path, "mlm", steps=2, eval_every=2, num_threads=1)
     cfg.model.mask_ratio = 0.3

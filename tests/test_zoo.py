@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from crossbert_eval.cli import main
+from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo
 from crossbert_model.args import dump_yaml, load_config
@@ -64,7 +65,7 @@ def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path) -> Zoo
         max_probe_train=300,
         geometry_tasks=["SST-2"],
         mteb_tasks=["BIOSSES"],
-        mteb_layers="last",  # 100 pairs: the smallest local mteb task
+        mteb_layers=LayerSpec.LAST,  # 100 pairs: the smallest local mteb task
     )
 
 
@@ -248,7 +249,10 @@ MISTAKES = {
     ),
     "unknown key": (["modles=[]"], ["modles"]),
     "unknown entry key": (["models=[{model: minilm, poolng: cls}]"], ["poolng", "valid keys"]),
-    "bad pooling": (["models=[{model: minilm, pooling: avg}]"], ["models[0].pooling", "mean, cls, max", "'avg'"]),
+    "bad pooling": (
+        ["models=[{model: minilm, name: a}, {model: minilm, name: second, pooling: avg}]"],
+        ["models[1] (second).pooling", "mean, cls, max", "'avg'"],
+    ),
     "duplicate names": (
         ["models=[{model: minilm, name: a}, {model: minilm, name: a}]"],
         ["zoo field 'models'", "the display name 'a' is given twice"],
@@ -272,3 +276,20 @@ def test_a_mistake_in_a_zoo_is_one_line_exit_2_and_nothing_written(case, tmp_pat
     for needle in needles:
         assert needle in err, (needle, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_zoo_entry_that_needs_its_own_code_names_the_entrys_field_that_allows_it(tmp_path, capsys, no_network):
+    # catches: a loader's refusal said with the command line's option (--trust-remote-code), which a zoo does not have,
+    # instead of the entry's field; or the folder's code run without it
+    from own_code import folder_with_own_code
+
+    model = folder_with_own_code(tmp_path / "in", tmp_path / "code-ran")
+    config = tmp_path / "zoo.yaml"
+    config.write_text(dump_yaml({"name": "own", "out_dir": str(tmp_path / "out"), "mteb_tasks": [], "geometry_tasks": []}))
+    with pytest.raises(SystemExit) as exit_:
+        main(["zoo", str(config), f"models=[{{model: {model}, name: own, pooling: mean}}]", "probe_tasks=[MRPC]"])
+    assert exit_.value.code == USER_ERROR_EXIT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "zoo models[0] (own): " in err, err
+    assert "unless you set models[0].trust_remote_code, for a folder you trust" in err, err
+    assert not (tmp_path / "code-ran").exists()

@@ -101,7 +101,7 @@ SMOKE_TEST_KEY = "smoke_test"
 
 
 def smoke_notice(sweep: dict) -> str | None:
-    """What a limited sweep's report, summary.json and verdict say first (crossbert_eval.sweep.SweepConfig.limit);
+    """What a limited sweep's report, summary.json and verdict say first (crossbert_eval.sweep_config.SweepConfig.limit);
     None for a real sweep."""
     limit = sweep.get("limit")
     if not limit:

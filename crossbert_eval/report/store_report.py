@@ -160,7 +160,7 @@ def build_store_report(root: str | os.PathLike) -> Path | None:
     if path is None:
         raise ReportError(
             f"{root}: no {RESULTS_FILE} (expected {root / RESULTS_FILE} or {EvaluationFolder(root).results / RESULTS_FILE}); "
-            "give the --results folder of a probe run, a sweep or a zoo folder"
+            "give the results store of a probe run (its folder of results.jsonl), a sweep or a zoo folder"
         )
     rows = [normalise_row(r) for r in read_jsonl(path)]
     table = layer_table(store_scores(rows))

@@ -289,7 +289,7 @@ def _check_inside_root(spec: TaskSpec, path: Path) -> None:
         if _leaves_root(parts):
             raise TaskError(
                 f"{path}: {where} reads {os.path.join(*parts)!r}, outside the data root "
-                "(an absolute path or '..'); task data must lie under the data root (--data-root)"
+                "(an absolute path or '..'); task data must lie under the data root"
             )
 
 

@@ -117,7 +117,7 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
     path = minilm_path() if str(path) == "minilm" else Path(path)
     if not (path / "tokenizer.json").exists() and not (path / "vocab.txt").exists():
         raise DataError(f"tokenizer folder {path}: no tokenizer.json or vocab.txt")
-    tok = from_pretrained(AutoTokenizer, path, trust_remote_code=trust_remote_code, how_to_allow="data.trust_remote_code=true")
+    tok = from_pretrained(AutoTokenizer, path, trust_remote_code=trust_remote_code, setting="data.trust_remote_code")
     missing = [name for name in ("pad_token", "cls_token", "sep_token", "mask_token") if getattr(tok, name) is None]
     if missing:
         raise DataError(f"tokenizer {path}: lacks {', '.join(missing)}; masked-LM pre-training needs [PAD], [CLS], [SEP], [MASK]")
