@@ -97,18 +97,21 @@ reference:
 	xz -9f results/$(SWEEP)/results/results.jsonl   # kept compressed (the report reads results.jsonl.xz)
 	xz -9f results/$(SWEEP)/tables/scores.csv       # the largest table, kept compressed too (pandas reads it as it is)
 
-# The test suite CI runs: ruff, then everything but the `slow` tier (982 tests passed in 931 s by pytest in three
-# parts on the 2-core EPYC without native bf16 with two training workers beside it, 2026-12-07 (878 tests: 689 s
-# idle the day before); expensive fixtures are built once per run, report tests draw only the plots they check).
-# `make test-all` adds the slow tier: a killed sweep resumed end to end, MiniLM reproducing its published
-# MTEB scores on every exact local task (about 5 more minutes).
+# The test suite CI runs: ruff (lint and format), then everything but the `slow` tier on TEST_WORKERS processes, one
+# test file per process at a time (pytest-xdist --dist loadfile: a file's fixtures are built once). Measured on the idle
+# 2-core EPYC without native bf16, 2026-12-07: 993 tests in 839 s on one process, 570 s on two (the suite of
+# 2026-12-05, 698 tests, took 416 s on one process on this machine). Expensive fixtures are built once per process,
+# report tests draw only the plots they check.
+# `make test-all` adds the slow tier: killed sweeps resumed end to end, the GPU sweep rehearsed on a CPU, MiniLM
+# reproducing its published MTEB scores on every exact local task (about 7 more minutes).
+TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(ENV) $(PY) -m pytest -q
+	$(ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-all: setup
-	$(ENV) $(PY) -m pytest -q -m ""
+	$(ENV) $(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile
 
 # The fuzzer's long profile (tests/test_fuzz.py: 400 generated inputs per edge instead of the suite's 25, not
 # derandomised); the outcomes per edge are printed at the end.

@@ -159,6 +159,7 @@ def _every_line_whole(path: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+@pytest.mark.slow  # a sweep of nano runs trained, killed, resumed and reported (about 70 s on an idle 2-core machine)
 def test_the_gpu_sweep_rehearsed_on_a_cpu_writes_every_row_kind_survives_a_kill_and_skips_what_its_budget_cannot_fit(
     tmp_path, corpus_args, corpus, real_data_root
 ):
