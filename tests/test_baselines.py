@@ -3,7 +3,6 @@ folder, drawn on the plots, listed under the models, and used to leave tasks tha
 
 from __future__ import annotations
 
-import lzma
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ from crossbert_eval.report.noise import withheld_notice
 from crossbert_eval.report.tables import baseline_rows, redundant_averages, summarise, uninformative_tasks
 from crossbert_eval.results import ResultsStore
 from crossbert_eval.tasks import get_task
+from tiny_tasks import STS_FILES, make_tasks, tiny_sts
 
 TINY_MRPC = """
 name: TinyMRPC
@@ -33,43 +33,22 @@ labels: [0, 1]
 eval_split: validation
 """
 
-TINY_STS = """
-name: TinySTS
-family: sts
-input: pair
-target: score
-metrics: [pearson, spearman]
-score_range: [0, 5]
-data: {local: tiny_sts, format: tsv, header: false, fields: [genre, file, year, id, score, sentence1, sentence2],
-       optional_fields: [source1, source2]}
-splits: {train: train.tsv, validation: dev.tsv}
-columns: {text: sentence1, text_pair: sentence2, label: score}
-eval_split: validation
-"""
-
-
-TINY_STS_ZERO_SHOT = TINY_STS.replace("name: TinySTS", "name: TinySTSZeroShot") + "train_split: null\nprobes: [cosine]\n"
+TINY_STS = tiny_sts()
+TINY_STS_ZERO_SHOT = tiny_sts("TinySTSZeroShot", extra="train_split: null\nprobes: [cosine]\n")
 
 
 @pytest.fixture
 def tiny_tasks(tmp_path, real_data_root, monkeypatch):
     """Slices of the real MRPC (600 train / 200 dev pairs) and STS-B (600 / 200) files as tasks of their own."""
-    for folder, files, n_header in (
-        ("tiny_mrpc", {"train.tsv": "glue/MRPC/train.tsv.xz", "dev.tsv": "glue/MRPC/dev.tsv.xz"}, 1),
-        ("tiny_sts", {"train.tsv": "stsbenchmark/sts-train.tsv.xz", "dev.tsv": "stsbenchmark/sts-dev.tsv.xz"}, 0),
-    ):
-        (tmp_path / "data" / folder).mkdir(parents=True)
-        for name, source in files.items():
-            lines = lzma.open(real_data_root / source, "rt", encoding="utf-8").read().splitlines()
-            n = 600 if name == "train.tsv" else 200
-            (tmp_path / "data" / folder / name).write_text("\n".join(lines[: n_header + n]) + "\n", encoding="utf-8")
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "TinyMRPC.yaml").write_text(TINY_MRPC)
-    (tmp_path / "tasks" / "TinySTS.yaml").write_text(TINY_STS)
-    (tmp_path / "tasks" / "TinySTSZeroShot.yaml").write_text(TINY_STS_ZERO_SHOT)
-    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tmp_path / "tasks"))
-    monkeypatch.setenv("CROSSBERT_DATA_ROOT", str(tmp_path / "data"))
-    return tmp_path
+    mrpc = {"train.tsv": ("glue/MRPC/train.tsv.xz", 601), "dev.tsv": ("glue/MRPC/dev.tsv.xz", 201)}  # a header line each
+    sts = {name: (source, 600 if name == "train.tsv" else 200) for name, source in STS_FILES.items()}
+    return make_tasks(
+        tmp_path,
+        real_data_root,
+        monkeypatch,
+        {"tiny_mrpc": mrpc, "tiny_sts": sts},
+        {"TinyMRPC": TINY_MRPC, "TinySTS": TINY_STS, "TinySTSZeroShot": TINY_STS_ZERO_SHOT},
+    )
 
 
 def _main(rows: pd.DataFrame) -> dict:

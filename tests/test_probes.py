@@ -15,6 +15,8 @@ from crossbert_eval.metrics import score
 from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
 from crossbert_eval.results import ResultsStore
 from crossbert_eval.tasks import get_task
+from tiny_tasks import STS_FILES, make_tasks
+from tiny_tasks import tiny_sts as tiny_sts_task
 
 
 @pytest.fixture(scope="module")
@@ -318,37 +320,14 @@ def test_centring_and_whitening_are_fitted_on_the_rows_given():
     }
 
 
-TINY_STS = """
-name: TinySTS
-family: glue
-input: pair
-target: score
-metrics: [pearson, spearman]
-score_range: [0, 5]
-data: {local: tiny_sts, format: tsv, header: false, fields: [genre, file, year, id, score, sentence1, sentence2],
-       optional_fields: [source1, source2]}
-splits: {train: train.tsv, validation: dev.tsv}
-columns: {text: sentence1, text_pair: sentence2, label: score}
-eval_split: validation
-probes: [linear, knn, cosine]
-"""
+TINY_STS = tiny_sts_task(family="glue", extra="probes: [linear, knn, cosine]\n")
 
 
 @pytest.fixture
 def tiny_sts(tmp_path, real_data_root, monkeypatch):
     """60 training and 30 validation pairs of the real STS-B files as a task of its own (fast to encode)."""
-    import lzma
-
-    folder = tmp_path / "data" / "tiny_sts"
-    folder.mkdir(parents=True)
-    for name, source, n in (("train.tsv", "sts-train.tsv.xz", 60), ("dev.tsv", "sts-dev.tsv.xz", 30)):
-        lines = lzma.open(real_data_root / "stsbenchmark" / source, "rt", encoding="utf-8").read().splitlines()[:n]
-        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "TinySTS.yaml").write_text(TINY_STS)
-    monkeypatch.setenv("CROSSBERT_TASKS_DIR", str(tmp_path / "tasks"))
-    monkeypatch.setenv("CROSSBERT_DATA_ROOT", str(tmp_path / "data"))
-    return tmp_path
+    sts = {name: (source, 60 if name == "train.tsv" else 30) for name, source in STS_FILES.items()}
+    return make_tasks(tmp_path, real_data_root, monkeypatch, {"tiny_sts": sts}, {"TinySTS": TINY_STS})
 
 
 def test_feature_transforms_are_fitted_on_the_training_split_alone(minilm, tiny_sts, monkeypatch):

@@ -128,6 +128,38 @@ def with_probe_variants(results: pd.DataFrame) -> pd.DataFrame:
     return results.assign(probe=probes).drop(columns="feature_transform")
 
 
+# The columns of a result row that the report's tables read (the rest describe how it was computed).
+RESULT_COLUMNS = (
+    "model_fingerprint",
+    "task",
+    "family",
+    "split",
+    "probe",
+    "feature_transform",
+    "layer",
+    "relative_depth",
+    "pooling",
+    "metric",
+    "value",
+    "is_main",
+    "ci_low",
+    "ci_high",
+    "n_eval",
+    "unit",
+)
+
+
+def result_frame(results: pd.DataFrame) -> pd.DataFrame:
+    """Result rows as the report's tables read them: RESULT_COLUMNS (those present), each probe variant named
+    (with_probe_variants), and only rows of a numbered layer, the layer an int end to end (tables sort 2 < 10, L6 not
+    L6.0). Sweep and zoo reports both read their rows through it."""
+    results = with_probe_variants(results[[c for c in RESULT_COLUMNS if c in results.columns]])
+    if results.empty:
+        return results
+    layer = pd.to_numeric(results["layer"], errors="coerce")
+    return results[layer.notna()].assign(layer=layer.dropna().astype(int))
+
+
 def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
     checkpoints = load_checkpoints(root)
     results = pd.DataFrame(read_result_rows(root) if rows is None else rows)
@@ -135,28 +167,9 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
         return pd.DataFrame()
     if "probe" in results.columns:  # geometry rows are not scores: load_geometry reads them
         results = results[results["probe"] != GEOMETRY_PROBE]
-    keep = [
-        "model_fingerprint",
-        "task",
-        "family",
-        "split",
-        "probe",
-        "feature_transform",
-        "layer",
-        "relative_depth",
-        "pooling",
-        "metric",
-        "value",
-        "is_main",
-        "ci_low",
-        "ci_high",
-        "unit",
-    ]
-    results = with_probe_variants(results[[c for c in keep if c in results.columns]])
+    results = result_frame(results)
     if results.empty:
         return pd.DataFrame()
-    layer = pd.to_numeric(results["layer"], errors="coerce")  # an int end to end: tables sort 2 < 10, L6 not L6.0
-    results = results[layer.notna()].assign(layer=layer.dropna().astype(int))
     scores = results.merge(checkpoints.drop_duplicates("model_fingerprint"), on="model_fingerprint", how="inner")
     scores["is_final"] = scores["step"] == scores["total_steps"]
     scores["is_last_layer"] = scores["layer"] == scores["layers"]

@@ -23,7 +23,7 @@ from crossbert_model.readers import read_jsonl, read_text
 
 from ..results import ResultsStore
 from ..folder_layout import ZooDir
-from .loading import GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, with_probe_variants
+from .loading import GEOMETRY_PROBE, ReportError, headline_split, load_baselines, read_result_rows, result_frame
 from .markdown import (
     averages_sentence,
     baselines_section,
@@ -91,29 +91,9 @@ def _join(root: Path, rows: list[dict], geometry: bool) -> pd.DataFrame:
     if models.empty or results.empty or "probe" not in results.columns:
         return pd.DataFrame()
     results = results[(results["probe"] == GEOMETRY_PROBE) == geometry]
-    keep = [
-        "model_fingerprint",
-        "task",
-        "family",
-        "split",
-        "probe",
-        "feature_transform",
-        "layer",
-        "relative_depth",
-        "pooling",
-        "metric",
-        "value",
-        "is_main",
-        "ci_low",
-        "ci_high",
-        "n_eval",
-        "unit",
-    ]
-    results = with_probe_variants(results[[c for c in keep if c in results.columns]])
+    results = result_frame(results)
     if results.empty:
         return pd.DataFrame()
-    layer = pd.to_numeric(results["layer"], errors="coerce")
-    results = results[layer.notna()].assign(layer=layer.dropna().astype(int))
     out = results.merge(models, on=["model_fingerprint", "pooling"], how="inner")
     out["is_final"] = True
     out["is_last_layer"] = out["layer"] == out["layers"]
