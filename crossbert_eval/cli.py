@@ -265,9 +265,6 @@ def _geometry(args: argparse.Namespace) -> None:
 def _frozen_features_command(args: argparse.Namespace, settings_class, run, text_table, own: dict) -> None:
     """`crossbert probe` and `crossbert geometry`: the settings both share plus the command's `own`, the run, its table,
     where its rows are, and exit 1 where task data is missing."""
-    from crossbert_model.utils import set_offline_env
-
-    set_offline_env()
     settings = settings_class(
         tasks=_csv(args.tasks),
         layers=args.layers,

@@ -24,6 +24,7 @@ from crossbert_model.readers import check_safetensors, read_json, safetensors_sh
 from crossbert_model.data.tokenizer import minilm_path
 from crossbert_model.defaults import MAX_LENGTH, POOLINGS
 from crossbert_model.remote_code import code_allowed, from_pretrained
+from crossbert_model.utils import online
 from crossbert_model.args import did_you_mean
 from crossbert_model.errors import SETTING, CrossbertError, one_line
 
@@ -194,13 +195,19 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def cache_only() -> bool:
+    """Hub models come from the local cache only: unless the user opted into the network (CROSSBERT_ONLINE=1), whatever
+    the environment holds and whoever calls (a command sets HF_HUB_OFFLINE itself; a library caller may not)."""
+    return hub_offline() or not online()
+
+
 def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
     """The local snapshot of a hub model: from the cache when offline, downloaded (only what a frozen
     encoder needs) when online."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-    cache, offline = hub_cache_dir(), hub_offline()
+    cache, offline = hub_cache_dir(), cache_only()
     label = f"{repo_id}@{revision}" if revision else repo_id
     patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else []) + (HUB_CODE_PATTERNS if trust_remote_code else [])
     try:

@@ -226,14 +226,14 @@ def check_zoo_config(cfg: ZooConfig) -> None:
 def preflight(cfg: ZooConfig) -> None:
     """Every model can be found (offline: in a folder or the Hugging Face cache; online: a well-formed hub
     id) and has a pooling, and every mteb task exists, before anything is written."""
-    from crossbert_eval.model_sources import HUB_ID, hub_offline, resolve_model
+    from crossbert_eval.model_sources import HUB_ID, cache_only, resolve_model
 
     problems = []  # every entry that cannot run, all named at once: one fix-and-rerun, not one per entry
     for i, entry in enumerate(cfg.models):
         where = f"models[{i}] ({entry_name(entry)})"
         local = entry.model == "minilm" or Path(entry.model).exists()
         try:
-            if local or hub_offline():
+            if local or cache_only():
                 source = resolve_model(entry.model)
                 if entry.pooling is None and source.default_pooling is None:
                     raise ZooError(f"{source.pooling_problem}; set pooling: mean|cls|max on this entry")

@@ -72,3 +72,20 @@ def test_crossbert_online_alone_lets_a_command_reach_the_hub(tmp_path, fake_hub)
     endpoint, seen = fake_hub
     _probe_a_hub_id(tmp_path, endpoint, CROSSBERT_ONLINE="1")
     assert any("bert-base-uncased" in path for path in seen)  # the same command does reach it when asked to
+
+
+def test_a_library_caller_that_set_nothing_is_offline_too(tmp_path, fake_hub):
+    """FrozenEncoder.load from Python, in a process where no command set the hub variables (HF_HUB_OFFLINE=0 even):
+    the hub id is looked up in the local cache alone, and the refusal says how to go online."""
+    endpoint, seen = fake_hub
+    code = (
+        "from crossbert_eval.encoders import FrozenEncoder\n"
+        "from crossbert_eval.model_sources import EncoderError\n"
+        "try:\n    FrozenEncoder.load('bert-base-uncased')\n"
+        "except EncoderError as e:\n    print(e)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "CROSSBERT_ONLINE"))}
+    environ.update(PYTHONPATH=str(REPO), HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0")
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=300)
+    assert seen == []  # not one request
+    assert "not in the local Hugging Face cache" in done.stdout and "CROSSBERT_ONLINE=1" in done.stdout, done.stdout + done.stderr
