@@ -34,6 +34,8 @@ from .layer_spec import LAYERS, LayerSpec
 
 @dataclass
 class ObjectiveSpec:
+    ITEM_LABEL = ("name",)  # how a message names an objective: objectives[1] (its name)
+
     name: Annotated[str, FOLDER_NAME_LIMIT]  # it names run folders <name>-<size>-s<seed>
     objective: Annotated[
         str, SameAs("crossbert_model.train_config:ModelArgs.objective")

@@ -544,7 +544,7 @@ CASES = {
     "sweep: negative seed": Case(lambda t, c: _sweep_argv(t, "seeds=[-1]"), ["seeds[0]", "-1"], untouched=("runs",)),
     "sweep: unknown objective": Case(
         lambda t, c: _sweep_argv(t, "objectives=[{name: x, objective: bert}]"),
-        ["objectives[0].objective", "'bert'"],
+        ["sweep field 'objectives[0] (x).objective'", "'bert'"],  # the entry named by its name
         untouched=("runs",),
     ),
     "sweep: unknown size": Case(lambda t, c: _sweep_argv(t, "sizes=[huge]"), ["sizes[0]", "'huge'"], untouched=("runs",)),
