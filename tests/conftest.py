@@ -36,25 +36,6 @@ if os.environ.get("CROSSBERT_TEST_BF16_SPEEDUP"):
     hardware.bf16_speedup = lambda device_str, _value=float(os.environ["CROSSBERT_TEST_BF16_SPEEDUP"]): _value
 
 
-# The test files that take longest (measured on the idle 2-core machine, whole file), run first: `make test` splits the
-# suite over processes a file at a time, and a long file started last leaves the other process idle at the end.
-LONGEST_FIRST = (
-    "test_zoo.py",  # its zoo fixture: about 70 s
-    "test_train.py",
-    "test_full_disk.py",
-    "test_mteb.py",
-    "test_report.py",
-    "test_mteb_layers.py",
-    "test_install.py",
-    "test_offline.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: every file's tests keep their order
-
-
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a network connection fails the test."""
