@@ -307,8 +307,10 @@ def _source_of(message: str, path, overrides: list[str]) -> str:
     """Where the value a typing or limit error names ("optim.lr: ..." or "config field 'optim.lr': ...") came from:
     the command-line override that set its key (or a key above it), else the YAML file."""
     head = message.split(":", 1)[0]
-    quoted = re.match(r"\w+ field '([^']+)'", head)
-    key = re.sub(r"\[\d+\](?: \(.*?\))?", "", quoted.group(1) if quoted else head).strip()  # models[1] (name).x -> models.x
+    # the key as repr() quoted it ('...', or "..." when an entry's name holds an apostrophe)
+    quoted = re.match(r"""\w+ field (?:'([^']+)'|"([^"]+)")""", head)
+    key = (quoted.group(1) or quoted.group(2)) if quoted else head
+    key = re.sub(r"\[\d+\](?: \(.*\))?(?=\.|$)", "", key).strip()  # models[1] (its name).x -> models.x
     for override in reversed(overrides):  # the last override of a key wins, as in parse_overrides
         name = override.split("=", 1)[0].strip()
         if key == name or key.startswith(name + "."):

@@ -253,6 +253,10 @@ MISTAKES = {
         ["models=[{model: minilm, name: a}, {model: minilm, name: second, pooling: avg}]"],
         ["models[1] (second).pooling", "mean, cls, max", "'avg'"],
     ),
+    "bad value in an entry named with an apostrophe, set by an override": (
+        ["""models=[{model: minilm, name: "Bob's", pooling: avg}]"""],
+        ["command-line override", "models[0] (Bob's).pooling", "'avg'"],
+    ),
     "duplicate names": (
         ["models=[{model: minilm, name: a}, {model: minilm, name: a}]"],
         ["zoo field 'models'", "the display name 'a' is given twice"],
