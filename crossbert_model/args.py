@@ -9,6 +9,7 @@ errors that list the valid ones, so a typo never silently trains the wrong model
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -30,7 +31,22 @@ T = TypeVar("T")
 
 
 class ConfigError(CrossbertError, ValueError):
-    pass
+    """`key`: the config key of the refused value as a tuple of section and field names, without list indices
+    (("models", "pooling") for `models[1] (second).pooling`); set by the typed loader, None for errors raised
+    elsewhere. load_config reads it to name the override or file that set the value."""
+
+    key: tuple[str, ...] | None = None
+
+
+@contextlib.contextmanager
+def _refusing_at(key: tuple[str, ...]):
+    """An error raised inside is the value at `key`'s, unless a deeper key already claimed it."""
+    try:
+        yield
+    except ConfigError as e:
+        if e.key is None:
+            e.key = key
+        raise
 
 
 # The wording of a refused field, naming it as the config file does ("optim.lr"). A field's limit is declared with
@@ -129,18 +145,21 @@ def _missing(cls: type, data: dict) -> tuple[list[str], list[str]]:
     return missing, required_
 
 
-def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending: list | None = None) -> Any:
+def _coerce(
+    value: Any, tp: Any, where: str, kind: str = "config field", pending: list | None = None, key: tuple[str, ...] = ()
+) -> Any:
     """Check / convert a parsed YAML value against a field annotation (int -> float is allowed). An annotation's
     limits (`Annotated[float, POSITIVE]`: metadata with a `check`, crossbert_model.limits) are checked on the
-    converted value, naming the field as `kind` 'where'; a `heavy` one is put on `pending`, checked after the rest."""
+    converted value, naming the field as `kind` 'where'; a `heavy` one is put on `pending`, checked after the rest.
+    `key`: the value's config key (ConfigError.key), which a heavy limit's later refusal carries."""
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         base, *metas = typing.get_args(tp)
-        value = _coerce(value, base, where, kind, pending)
+        value = _coerce(value, base, where, kind, pending, key)
         optional = typing.get_origin(base) in (typing.Union, types.UnionType) and type(None) in typing.get_args(base)
         for meta in [m for m in metas if callable(getattr(m, "check", None))] if value is not None else ():
             if getattr(meta, "heavy", False) and pending is not None:
-                pending.append(lambda meta=meta, value=value: meta.check(value, where, kind, optional))
+                pending.append(lambda meta=meta, value=value: _check_at(key, meta, value, where, kind, optional))
             else:
                 meta.check(value, where, kind, optional)
         return value
@@ -153,7 +172,7 @@ def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where, kind, pending)
+                return _coerce(value, arg, where, kind, pending, key)
             except ConfigError as e:
                 errors.append(e)
         raise errors[0] if errors else ConfigError(f"{where}: invalid value {value!r}")
@@ -168,7 +187,7 @@ def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending
         if not isinstance(value, (list, tuple)):
             raise WrongType(where, list, value)
         (item_tp, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(v, item_tp, item_key(where, i, item_tp, v), kind, pending) for i, v in enumerate(value)]
+        items = [_coerce(v, item_tp, item_key(where, i, item_tp, v), kind, pending, key) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
@@ -177,7 +196,7 @@ def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise WrongType(where, tp, value)
-        return from_dict(tp, value, where, kind, pending)
+        return from_dict(tp, value, where, kind, pending, key)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):
@@ -190,29 +209,41 @@ def _coerce(value: Any, tp: Any, where: str, kind: str = "config field", pending
     return value
 
 
-def from_dict(cls: type[T], data: dict, where: str = "", kind: str | None = None, _pending: list | None = None) -> T:
+def _check_at(key: tuple[str, ...], meta: Any, value: Any, where: str, kind: str, optional: bool) -> None:
+    with _refusing_at(key):
+        meta.check(value, where, kind, optional)
+
+
+def from_dict(
+    cls: type[T], data: dict, where: str = "", kind: str | None = None, _pending: list | None = None, _key: tuple = ()
+) -> T:
     """The one typed loader: a YAML mapping -> `cls` (nested dataclasses), each value checked against its
     annotation. Keys in the mapping's order; an unknown key, a missing required one (no default, or
     `required()`), a value of the wrong type: UnknownKeys, MissingKeys, WrongType. A value out of its field's
     declared limit (crossbert_model.limits): ConfigError "KIND 'key': expected ..., got ...", KIND the class's
-    FIELD_KIND ('config field' unless it says otherwise); limits that import torch are checked last."""
+    FIELD_KIND ('config field' unless it says otherwise); limits that import torch are checked last. Every
+    ConfigError raised carries the key of the value it refuses (ConfigError.key; a section's for a key it lacks or
+    does not know)."""
     types_ = _field_types(cls)
     unknown = [k for k in data if k not in types_]
-    if unknown:
-        raise UnknownKeys(where, unknown, list(types_))
     missing, required_ = _missing(cls, data)
-    if missing:
-        raise MissingKeys(where, missing, required_, cls)
+    with _refusing_at(_key):
+        if unknown:
+            raise UnknownKeys(where, unknown, list(types_))
+        if missing:
+            raise MissingKeys(where, missing, required_, cls)
     kind = kind or getattr(cls, "FIELD_KIND", "config field")
     pending = [] if _pending is None else _pending
     annotated = typing.get_type_hints(cls, include_extras=True)
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(value, annotated[name], f"{where}.{name}" if where else name, kind, pending)
-    try:
-        obj = cls(**kwargs)
-    except TypeError as e:
-        raise ConfigError(f"{where or cls.__name__}: {e}") from None
+        with _refusing_at((*_key, name)):
+            kwargs[name] = _coerce(value, annotated[name], f"{where}.{name}" if where else name, kind, pending, (*_key, name))
+    with _refusing_at(_key):
+        try:
+            obj = cls(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"{where or cls.__name__}: {e}") from None
     if _pending is None:  # the outermost call: the heavy limits, once every light one has passed
         for check in pending:
             check()
@@ -300,20 +331,15 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     try:
         return from_dict(cls, data)
     except ConfigError as e:
-        raise ConfigError(f"{_source_of(str(e), path, overrides or [])}: {e}") from None
+        raise ConfigError(f"{_source_of(e.key or (), path, overrides or [])}: {e}") from None
 
 
-def _source_of(message: str, path, overrides: list[str]) -> str:
-    """Where the value a typing or limit error names ("optim.lr: ..." or "config field 'optim.lr': ...") came from:
-    the command-line override that set its key (or a key above it), else the YAML file."""
-    head = message.split(":", 1)[0]
-    # the key as repr() quoted it ('...', or "..." when an entry's name holds an apostrophe)
-    quoted = re.match(r"""\w+ field (?:'([^']+)'|"([^"]+)")""", head)
-    key = (quoted.group(1) or quoted.group(2)) if quoted else head
-    key = re.sub(r"\[\d+\](?: \(.*\))?(?=\.|$)", "", key).strip()  # models[1] (its name).x -> models.x
+def _source_of(key: tuple[str, ...], path, overrides: list[str]) -> str:
+    """Where the value at config key `key` came from: the command-line override that set it (or a section above
+    it), else the YAML file."""
     for override in reversed(overrides):  # the last override of a key wins, as in parse_overrides
-        name = override.split("=", 1)[0].strip()
-        if key == name or key.startswith(name + "."):
+        name = tuple(part.strip() for part in override.split("=", 1)[0].split("."))
+        if key[: len(name)] == name:
             return f"command-line override {override!r}"
     return str(path or "config")
 

@@ -1,12 +1,15 @@
 """Shared fixtures. Tests run offline, with every cache in a temporary folder, on the real data root."""
 
+import atexit
 import os
+import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 _CACHE = tempfile.mkdtemp(prefix="crossbert-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)  # each test process leaves no cache behind
 os.environ.update(
     {
         "HF_HUB_OFFLINE": "1",

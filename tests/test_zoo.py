@@ -257,6 +257,10 @@ MISTAKES = {
         ["""models=[{model: minilm, name: "Bob's", pooling: avg}]"""],
         ["command-line override", "models[0] (Bob's).pooling", "'avg'"],
     ),
+    "bad value in an entry whose name holds ': ' and dots, set by an override": (
+        ["""models=[{model: minilm, name: "v1.2: base", pooling: avg}]"""],
+        ["command-line override", "models[0] (v1.2: base).pooling", "'avg'"],
+    ),
     "duplicate names": (
         ["models=[{model: minilm, name: a}, {model: minilm, name: a}]"],
         ["zoo field 'models'", "the display name 'a' is given twice"],
