@@ -41,13 +41,14 @@ second-target: setup
 
 # Sweeps of several hours, run by WORKERS processes that claim runs from one sweep, each on its share of the cores
 # (one process per core: two workers each taking every core ran 2.6x slower per worker on 2 cores, 5.3k against 14k
-# tok/s at tiny, 2026-12-06). Resumable: run it again after an interruption.
+# tok/s at tiny, 2026-12-06). Resumable: run it again after an interruption. RESTORE=results/<study>: a new sweep folder
+# starts from that committed reference and runs only the runs it lacks (docs/sweeps.md).
 WORKERS ?= 2
 THREADS = $$(( $$(nproc) / $(WORKERS) > 0 ? $$(nproc) / $(WORKERS) : 1 ))
 define sweep_workers
 	for w in $$(seq $(WORKERS)); do \
-	  OMP_NUM_THREADS=$(THREADS) $(ENV) $(VENV)/bin/crossbert sweep $(1) out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache \
-	    train.num_threads=$(THREADS) & sleep 5; \
+	  OMP_NUM_THREADS=$(THREADS) $(ENV) $(VENV)/bin/crossbert sweep $(1) $(if $(RESTORE),--restore $(RESTORE)) \
+	    out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache train.num_threads=$(THREADS) & sleep 5; \
 	done; wait
 endef
 

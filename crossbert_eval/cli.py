@@ -329,6 +329,11 @@ def _sweep(args: argparse.Namespace) -> None:
     budget = [f"budget_s={args.budget_s}"] if args.budget_s is not None else []
     limit = [f"limit={args.limit}"] if args.limit is not None else []
     cfg = load_config(SweepConfig, args.config, [*args.overrides, *budget, *limit])
+    if args.reference is not None:
+        from crossbert_eval.sweep_restore import restore_sweep
+
+        restored = restore_sweep(cfg, args.reference)
+        print(f"{len(restored)} run(s) complete in {args.reference}, not run again: {', '.join(restored) or 'none'}")
     if args.submitit:
         from crossbert_eval.launcher import submit_sweep  # here: only --submitit needs submitit
 
@@ -676,6 +681,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a smoke test of the whole pipeline: a few training steps per run and at most N examples per probe "
         "split, into the folder <name>-limitN; its numbers mean nothing (the config key limit)",
     )
+    p.add_argument(
+        "--restore",
+        dest="reference",
+        default=None,
+        metavar="REFERENCE",
+        help="seed a new sweep folder from a committed reference of this sweep (results/<study>, `make reference`): "
+        "its finished runs, trained and probed with the same settings, are kept; only the others are run",
+    )
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("zoo", help="probe a list of pretrained encoders (folders, checkpoints, hub ids): tables, plots, report")
@@ -796,6 +809,7 @@ OPTION_OF = {
     "out_dir": "--out",
     "dest": "DIR",
     "folder": "FOLDER",
+    "reference": "--restore",
 }
 # The options that name where a command writes: checked before any work (crossbert_model.utils.check_outside_data_root).
 OUTPUT_OPTIONS = ("results_dir", "cache_dir", "out_dir", "dest", "folder")

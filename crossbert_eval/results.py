@@ -166,6 +166,12 @@ class ResultsStore:
 # ------------------------------------------------------------------------------------------------
 
 
+def stored_file(plain: Path) -> Path:
+    """`plain`, or its xz-compressed copy where only that is there (a committed reference, `make reference`)."""
+    packed = plain.with_name(plain.name + ".xz")
+    return packed if packed.is_file() and not plain.is_file() else plain
+
+
 def normalise_row(row: dict) -> dict:
     """Rows of every version in today's shape: `packages` (older rows said `versions`), `layer` an int."""
     if "versions" in row and "packages" not in row:

@@ -207,6 +207,15 @@ def _stdin_says_yes():
 
 
 @contextlib.contextmanager
+def _files_at(*paths: Path):
+    """Empty files at `paths`, as if some work had left them there."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    yield
+
+
+@contextlib.contextmanager
 def _read_only(folder: Path):
     """`folder` refuses every new entry: mode 0555, or for root (whom mode bits do not stop) the immutable flag."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -570,6 +579,18 @@ CASES = {
     ),
     "sweep: claim_lease_s=0": Case(
         lambda t, c: _sweep_argv(t, "claim_lease_s=0"), ["claim_lease_s", "expected a positive number", "0"], untouched=("runs",)
+    ),
+    "sweep: --restore from a folder that is no reference": Case(
+        lambda t, c: _sweep_argv(t, "--restore", str(t / "r")),
+        ["--restore:", "is not a reference of a sweep", "sweep.yaml is missing"],
+        untouched=("runs",),
+    ),
+    "sweep: --restore into a sweep folder with runs of its own": Case(
+        lambda t, c: _sweep_argv(t, "--restore", str(t / "reference")),
+        ["--restore:", "runs/cpu_small already holds runs of its own", "or run the sweep without --restore"],
+        around=lambda t: _files_at(
+            t / "runs/cpu_small/runs/mlm-nano-s0/config.yaml", t / "reference/sweep.yaml", t / "reference/checkpoints.jsonl"
+        ),
     ),
     "misspelt SLURM parameter": Case(
         lambda t, c: _sweep_argv(t, "--submitit", "submitit.cluster=local", "submitit.slurm={acount: x}"),

@@ -22,7 +22,7 @@ from crossbert_model.readers import read_jsonl
 
 from ..baselines import baselines_path
 from ..folder_layout import EvaluationFolder, SweepDir
-from ..results import RESULTS_FILE, normalise_row, probe_variant
+from ..results import RESULTS_FILE, normalise_row, probe_variant, stored_file
 
 
 GEOMETRY_PROBE = "geometry"  # crossbert_eval.geometry_runner.PROBE_NAME, without importing the encoders
@@ -37,11 +37,8 @@ LOSS_COLUMNS = ("val_loss", *SHARED_LOSS_KEYS.values())
 
 
 def results_path(root: Path) -> Path:
-    """The folder's score rows: results/results.jsonl, or its xz-compressed copy where only that is there (a
-    committed reference, `make reference`)."""
-    plain = EvaluationFolder(root).results / RESULTS_FILE
-    packed = plain.with_name(RESULTS_FILE + ".xz")
-    return packed if packed.is_file() and not plain.is_file() else plain
+    """The folder's score rows: results/results.jsonl, or its xz-compressed copy."""
+    return stored_file(EvaluationFolder(root).results / RESULTS_FILE)
 
 
 def read_result_rows(root: Path) -> list[dict]:
@@ -182,9 +179,7 @@ def load_scores(root: Path, rows: list[dict] | None = None) -> pd.DataFrame:
 def load_baselines(root: Path) -> pd.DataFrame:
     """The folder's baseline rows (crossbert_eval.baselines), main metric, headline split, in points (`score`, `score_ci_low`,
     `score_ci_high`); empty where none were computed."""
-    path = baselines_path(root)
-    packed = path.with_name(path.name + ".xz")
-    rows = read_jsonl(packed if packed.is_file() and not path.is_file() else path)
+    rows = read_jsonl(stored_file(baselines_path(root)))
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
