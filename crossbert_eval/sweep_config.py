@@ -10,7 +10,7 @@ from typing import Annotated
 from crossbert_model.args import ConfigError
 from crossbert_model.presets import PRESETS
 from crossbert_model.objectives import objective, objective_names
-from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
+from crossbert_model.defaults import FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES, REPORT_EVERY_S
 from crossbert_model.limits import (
     FOLDER_NAME_LIMIT,
     NON_EMPTY,
@@ -112,8 +112,8 @@ class SweepConfig:
     mteb_layers: Annotated[LayerSpec, LAYERS] = LayerSpec.LAST
     batch_size: Annotated[int, POSITIVE_INT] = 128  # encoding
     # Tables, plots and report are rebuilt after a run once this many seconds have passed since the last
-    # rebuild (0: after every run), and always at the end: a rebuild costs ~10-15 s on 2 CPU cores.
-    report_every_s: Annotated[float, Range(0, words="a number of seconds >= 0", shown=">= 0 s")] = 300.0
+    # rebuild (0: after every run), and always at the end (crossbert_model.defaults.REPORT_EVERY_S).
+    report_every_s: Annotated[float, Range(0, words="a number of seconds >= 0", shown=">= 0 s")] = REPORT_EVERY_S
     data_root: str | None = None
     # Workers (see the module docstring): a run claimed on another host is taken over once its claim has not
     # been renewed for claim_lease_s (its worker renews it every tenth of that); on this host as soon as its

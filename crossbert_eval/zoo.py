@@ -34,19 +34,21 @@ import gc
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated
 
 from crossbert_model.args import config_main, dump_yaml
 from crossbert_model.checkpoint import read_trainer_state
-from crossbert_model.defaults import DTYPES, FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES
+from crossbert_model.defaults import DTYPES, FEATURE_TRANSFORM_NAMES, POOLINGS, PROBES, REPORT_EVERY_S
 from crossbert_model.limits import (
     FOLDER_NAME_LIMIT,
     POSITIVE_INT,
     NonEmpty,
     OneOf,
     OutsideDataRoot,
+    SameAs,
     SomeOf,
     Text,
     Unique,
@@ -119,6 +121,9 @@ class ZooConfig:
     dtype: Annotated[str, OneOf(*DTYPES)] = "fp32"  # as FrozenEncoder.load
     features_dir: str | None = None  # feature cache (default: <root>/features); zoos may share one
     data_root: str | None = None
+    # The report is rebuilt after a model once this many seconds have passed since the last rebuild (0: after every
+    # model), and always at the end, as a sweep's.
+    report_every_s: Annotated[float, SameAs("crossbert_eval.sweep_config:SweepConfig.report_every_s")] = REPORT_EVERY_S
 
     @property
     def root(self) -> Path:
@@ -398,9 +403,12 @@ class Zoo:
         self.write_manifest()
         # the baselines depend on the tasks and their splits, not on a model or its pooling: the zoo's plan gives them
         evaluate_baselines(self.plan, self.root, lambda stage, **extra: self.timed(stage, "(baselines)", **extra))
+        last_report = time.monotonic()
         for i, entry in enumerate(self.cfg.models):
             self.evaluate_model(i, entry)
-            self.report()
+            if i == len(self.cfg.models) - 1 or time.monotonic() - last_report >= self.cfg.report_every_s:
+                self.report()
+                last_report = time.monotonic()
         log.info("zoo %s complete: %s", self.cfg.name, self.folder.report)
         return self.root
 

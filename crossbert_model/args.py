@@ -12,6 +12,7 @@ import ast
 import contextlib
 import dataclasses
 import difflib
+import functools
 import inspect
 import io
 import re
@@ -127,9 +128,16 @@ def required(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"required": True})
 
 
-def _field_types(cls: type) -> dict[str, Any]:
+@functools.cache  # a class's annotations never change: resolved once a process, not for every value loaded
+def _field_types(cls: type) -> typing.Mapping[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+    return types.MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init})
+
+
+@functools.cache
+def annotated_hints(cls: type) -> typing.Mapping[str, Any]:
+    """{field: its annotation with the limits it declares (Annotated)} of a config dataclass, resolved once a process."""
+    return types.MappingProxyType(typing.get_type_hints(cls, include_extras=True))
 
 
 def _missing(cls: type, data: dict) -> tuple[list[str], list[str]]:
@@ -234,7 +242,7 @@ def from_dict(
             raise MissingKeys(where, missing, required_, cls)
     kind = kind or getattr(cls, "FIELD_KIND", "config field")
     pending = [] if _pending is None else _pending
-    annotated = typing.get_type_hints(cls, include_extras=True)
+    annotated = annotated_hints(cls)
     kwargs = {}
     for name, value in data.items():
         with _refusing_at((*_key, name)):
@@ -364,11 +372,12 @@ def item_key(key: str, index: int, item_type: Any, value: Any) -> str:
     return f"{key}[{index}]" + (f" ({label})" if label else "")
 
 
-def _field_comments(cls: type) -> dict[str, str]:
+@functools.cache  # parsed once a process: every validation of a run's config lists its keys (DottedKeys)
+def _field_comments(cls: type) -> typing.Mapping[str, str]:
     """{field: its comment in the dataclass source}: a comment inside the field's own lines (beside it, or beside its
     value where the formatter wrapped it), else the comment lines right above it. The schema's comments are its
     documentation; `--help` reads them, nothing types them twice. Read with Python's own parser, so that any layout
-    of a field gives the same comment."""
+    of a field gives the same comment. Shared between callers, so read-only."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # no source (a frozen build): keys and defaults only
@@ -389,7 +398,7 @@ def _field_comments(cls: type) -> dict[str, str]:
             above.insert(0, comment_at[n])
             n -= 1
         comments[node.target.id] = first_clause(own[-1] if own else " ".join(above))
-    return comments
+    return types.MappingProxyType(comments)
 
 
 def first_clause(text: str) -> str:
@@ -406,7 +415,7 @@ def config_keys(cls: type, prefix: str = "") -> list[ConfigKey]:
     """Every key of a config dataclass with its default and comment, sections (nested dataclasses) after the
     top-level keys, each section's keys dotted (`model.preset`)."""
     comments, keys, sections = _field_comments(cls), [], []
-    annotated = typing.get_type_hints(cls, include_extras=True)
+    annotated = annotated_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init:
             continue

@@ -22,3 +22,7 @@ MAX_LENGTH = 128
 RESULTS_DIR = "runs/results"
 FEATURES_DIR = "runs/features"
 MTEB_DIR = "runs/mteb"
+
+# Seconds between rebuilds of a running sweep's or zoo's tables, plots and report (always rebuilt at its end): a
+# rebuild draws every plot, ~10-20 s on 2 CPU cores, as long as probing a small model.
+REPORT_EVERY_S = 300.0

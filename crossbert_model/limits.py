@@ -31,7 +31,16 @@ import types
 import typing
 from typing import Any, Callable
 
-from .args import FOLDER_NAME, FOLDER_NAME_EXPECTED, ConfigError, close_matches, config_keys, is_section, item_key
+from .args import (
+    FOLDER_NAME,
+    FOLDER_NAME_EXPECTED,
+    ConfigError,
+    annotated_hints,
+    close_matches,
+    config_keys,
+    is_section,
+    item_key,
+)
 
 INF = math.inf
 
@@ -325,7 +334,7 @@ class SameAs(Limit):
     def limits(self) -> list[Limit]:
         module, _, dotted = self.lazy.partition(":")
         cls_name, field_name = dotted.split(".")
-        hint = typing.get_type_hints(getattr(importlib.import_module(module), cls_name), include_extras=True)[field_name]
+        hint = annotated_hints(getattr(importlib.import_module(module), cls_name))[field_name]
         return limits_in(hint)[1]
 
     def check(self, value, key: str, kind: str = "config field", optional: bool = False) -> None:
@@ -384,7 +393,7 @@ def _without_none(tp: Any) -> Any:
 
 def field_hints(cls: type) -> dict[str, Any]:
     """{field: its annotation with the limits}, for every field the loader sets."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = annotated_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
 
 

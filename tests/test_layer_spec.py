@@ -127,7 +127,9 @@ def test_every_setting_an_option_sets_is_in_the_one_table_and_the_table_names_re
     fields = {f.name for cls in (ProbeSettings, GeometrySettings, MtebSettings) for f in dataclasses.fields(cls)}
     assert sorted(fields - NOT_OPTIONS - set(cli.OPTION_OF)) == []
     commands = cli.build_parser()._subparsers._group_actions[0].choices
-    options = {o for c in ("probe", "geometry", "mteb", "export") for a in commands[c]._actions for o in a.option_strings}
+    options = {
+        o for c in ("probe", "geometry", "mteb", "export", "sweep") for a in commands[c]._actions for o in a.option_strings
+    }
     assert sorted({o for o in cli.OPTION_OF.values() if o.startswith("--")} - options) == []
 
 

@@ -29,11 +29,16 @@ def settings(tmp_path, **kw):
     return ProbeSettings(results_dir=str(tmp_path / "results"), cache_dir=str(tmp_path / "features"), **kw)
 
 
-def test_zero_shot_sts13_matches_the_published_mteb_score(minilm, tmp_path):
-    """all-MiniLM-L6-v2 on MTEB STS13: cosine Spearman 80.60 (MTEB leaderboard). Our pipeline must agree."""
-    df = ProbeRunner(minilm, settings(tmp_path, tasks=["STS13"], probes=["cosine"])).run([get_task("STS13")])
+def test_zero_shot_sts_matches_the_published_mteb_score(minilm, tmp_path):
+    """all-MiniLM-L6-v2 on MTEB's STS17 en-en (250 pairs, MTEB's own data): cosine Spearman 87.588 on the leaderboard
+    (the task file's reference score). Our own cosine path, without mteb, must agree. (The slow tier checks
+    every exact local task through mteb, STS13's 1,500 pairs among them.)"""
+    from crossbert_eval.report.text_tables import published_score
+
+    df = ProbeRunner(minilm, settings(tmp_path, tasks=["STS17"], probes=["cosine"])).run([get_task("STS17")])
     main = df[df["is_main"]].iloc[0]
-    assert main["metric"] == "cosine_spearman" and main["value"] == pytest.approx(0.8060, abs=0.003)
+    published = published_score("STS17", "sentence-transformers/all-MiniLM-L6-v2", "test")
+    assert main["metric"] == "cosine_spearman" and main["value"] == pytest.approx(published, abs=1e-4)
 
 
 def test_every_layer_comes_from_one_pass_and_matches_hf(minilm):

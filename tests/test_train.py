@@ -1,6 +1,7 @@
 """The trainer on the real corpus: resume equivalence, multi-process equivalence, bad input."""
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -592,7 +594,7 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
         args = DataArgs(
             corpus=str(real_data_root / "wikipedia_en_2015"),
             vocab_size=1024,
-            max_documents=1500,
+            max_documents=800,
             cache_dir=str(tmp_path / str(i)),
         )
         return prepare_tokenizer(args).get_vocab()
@@ -600,6 +602,22 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
     first, second = train(0), train(1)
     assert len(first) == 1024 and first == second
     assert [first[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
+
+
+def test_the_alphabet_is_the_most_frequent_characters_of_the_normalised_text(real_data_root):
+    """Counting raw characters and normalising each once gives the counts of the normalised text: accents split off
+    and dropped, case folded (final sigma too), control characters gone, CJK characters kept."""
+    from tokenizers import normalizers
+
+    from crossbert_model.data.corpus import iter_documents
+    from crossbert_model.data.tokenizer import initial_alphabet
+
+    norm = normalizers.BertNormalizer(lowercase=True)
+    tricky = ["ΟΔΟΣ ΣΟΦΟΣ İstanbul ǅ ß ﬁ e\u0301\u0327 Åström \u4e2d\u6587x \x00\x07\t\r\n"]
+    docs = tricky + list(itertools.islice(iter_documents(str(real_data_root / "wikipedia_en_2015")), 200))
+    counts = Counter(c for doc in docs for c in norm.normalize_str(doc) if not c.isspace())
+    assert initial_alphabet(docs, norm, len(counts)) == sorted(counts, key=lambda c: (-counts[c], c))
+    assert initial_alphabet(docs, norm, 5) == sorted(counts, key=lambda c: (-counts[c], c))[:5]
 
 
 def test_a_character_level_vocabulary_is_refused(tmp_path):

@@ -49,8 +49,9 @@ def our_runs(tmp_path_factory, corpus_args, corpus):
     return {"mlm": out / "nano-mlm", "crossbert": out / "nano-crossbert"}
 
 
-def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path) -> ZooConfig:
+def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path, **fields) -> ZooConfig:
     return ZooConfig(
+        **fields,
         name=name,
         out_dir=str(tmp_path),
         features_dir=str(features),
@@ -134,7 +135,10 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     assert sst2["value"].iloc[0] > 0.7  # MiniLM's last layer, 300 training sentences
 
 
-def test_crossbert_report_rebuilds_a_zoo_folder(straight_zoo, capsys):
+def test_crossbert_report_rebuilds_a_zoo_folder(straight_zoo, capsys, monkeypatch):
+    from crossbert_eval.report import zoo_report
+
+    monkeypatch.setattr(zoo_report, "ZOO_PLOTS", {})  # the tables are the subject; the straight zoo's report drew the plots
     root, _ = straight_zoo
     before = _tables(root)
     (root / "report.md").unlink()
@@ -154,7 +158,8 @@ def test_a_zoo_interrupted_mid_way_resumes_to_the_same_tables(straight_zoo, our_
     monkeypatch.setattr(crossbert_eval.zoo, "build_zoo_report", lambda root: build_zoo_report(root, plots=()))
 
     straight, tmp = straight_zoo
-    cfg = zoo_config(tmp, our_runs, "interrupted", tmp / "features")  # the same feature cache: nothing re-encoded
+    # the same feature cache: nothing re-encoded; a report after every model, so the interrupted zoo leaves one
+    cfg = zoo_config(tmp, our_runs, "interrupted", tmp / "features", report_every_s=0.0)
     fit, calls = ProbeRunner._fit, []
 
     def interrupted(self, *args, **kwargs):
@@ -175,6 +180,20 @@ def test_a_zoo_interrupted_mid_way_resumes_to_the_same_tables(straight_zoo, our_
     resumed, expected = _tables(root), _tables(straight)
     for name in expected:
         pd.testing.assert_frame_equal(resumed[name], expected[name], obj=name)
+
+
+@pytest.mark.parametrize("every_s, reports", [(0.0, 4), (3600.0, 1)])
+def test_the_zoo_report_is_rebuilt_as_often_as_asked_and_always_at_the_end(tmp_path, monkeypatch, every_s, reports):
+    import crossbert_eval.zoo
+
+    cfg = zoo_config(tmp_path, {"mlm": "minilm", "crossbert": "minilm"}, "paced", tmp_path / "f", report_every_s=every_s)
+    zoo, calls = crossbert_eval.zoo.Zoo(cfg), []
+    monkeypatch.setattr(crossbert_eval.zoo, "preflight", lambda cfg: None)
+    monkeypatch.setattr(crossbert_eval.zoo, "evaluate_baselines", lambda *args: None)
+    monkeypatch.setattr(zoo, "evaluate_model", lambda i, entry: calls.append("model"))
+    monkeypatch.setattr(zoo, "report", lambda: calls.append("report"))
+    zoo.run()
+    assert calls.count("model") == 4 and calls.count("report") == reports and calls[-1] == "report"
 
 
 # -- parameters ------------------------------------------------------------------------------------
