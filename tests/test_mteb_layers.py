@@ -306,34 +306,43 @@ def _tree(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "argv, says",
+    "argv, says, fresh",
     [
-        (
-            ["mteb", "minilm", "--tasks", "STS99"],
-            "mteb has no task named 'STS99'",
-        ),  # after mteb is imported (it makes its cache folder)
-        (
-            ["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9"],
-            "layers [9] out of range",
-        ),  # after the model is loaded
-        (["mteb", "minilm", "--benchmark", "MTEB(eng, v9)"], "unknown benchmark 'MTEB(eng, v9)'"),
-        (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "x"], "--layers: expected all"),
-        (["mteb", "./no_such_model", "--tasks", "STSBenchmark"], "model './no_such_model': no such folder"),
+        # in a fresh process: mteb makes its cache folder when first imported, and this refusal comes after that
+        (["mteb", "minilm", "--tasks", "STS99"], "mteb has no task named 'STS99'", True),
+        (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "0,9"], "layers [9] out of range", False),  # model loaded
+        (["mteb", "minilm", "--benchmark", "MTEB(eng, v9)"], "unknown benchmark 'MTEB(eng, v9)'", False),
+        (["mteb", "minilm", "--tasks", "STSBenchmark", "--layers", "x"], "--layers: expected all", True),  # before mteb loads
+        (["mteb", "./no_such_model", "--tasks", "STSBenchmark"], "model './no_such_model': no such folder", False),
     ],
 )
-def test_a_refused_mteb_run_leaves_the_folder_as_it_was(argv, says, tmp_path):
-    """A fresh process (mteb makes its cache folder when first imported) in a folder with something in it, with the
-    default output folders (runs/mteb, runs/features, OUT/results): the tree afterwards is the tree before."""
+def test_a_refused_mteb_run_leaves_the_folder_as_it_was(argv, says, fresh, tmp_path, monkeypatch, capsys):
+    """In a folder with something in it, with the default output folders (runs/mteb, runs/features, OUT/results):
+    the tree afterwards is the tree before. A fresh process where mteb's first import matters (each costs seconds of
+    mteb's registry), this test's process elsewhere."""
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "notes.txt").write_text("mine\n")  # an existing runs/ folder: kept as it is
     before = _tree(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSBERT_DEBUG": "0"}
-    env.pop("HF_DATASETS_CACHE", None)  # as a user has it: `crossbert mteb` points it into the run folder
-    done = subprocess.run(
-        [sys.executable, "-m", "crossbert_eval.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == USER_ERROR_EXIT and says in done.stderr, done.stderr
-    assert [line for line in done.stderr.splitlines() if "error:" in line] == done.stderr.strip().splitlines()[-1:]
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)  # as a user has it: `crossbert mteb` points it into the run folder
+    monkeypatch.setenv("CROSSBERT_DEBUG", "0")
+    if fresh:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(
+            [sys.executable, "-m", "crossbert_eval.cli", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        code, err = done.returncode, done.stderr
+    else:
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        code, err = exit_info.value.code, capsys.readouterr().err
+    assert code == USER_ERROR_EXIT and says in err, err
+    assert [line for line in err.splitlines() if "error:" in line] == err.strip().splitlines()[-1:]
     assert _tree(tmp_path) == before
 
 
