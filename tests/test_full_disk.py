@@ -15,6 +15,7 @@ import errno
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -146,6 +147,24 @@ def one_plot(monkeypatch):
     monkeypatch.setattr(sweep_report, "SWEEP_PLOTS", {"collapse": sweep_report.SWEEP_PLOTS["collapse"]})
 
 
+@pytest.fixture(scope="module")
+def reported_sweep(tmp_path_factory):
+    """A sweep folder with its complete report (collapse plot alone), built once; each test works on a copy."""
+    root = test_report.write_sweep_rows(tmp_path_factory.mktemp("reported"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_report, "SWEEP_PLOTS", {"collapse": sweep_report.SWEEP_PLOTS["collapse"]})
+        main(["report", str(root)])
+    return root
+
+
+@pytest.fixture(scope="module")
+def reported_store(tmp_path_factory):
+    """A results folder (a probe run's --results) with its complete report, built once; each test works on a copy."""
+    store = _store_of(test_report.write_sweep_rows(tmp_path_factory.mktemp("store")))
+    main(["report", str(store)])
+    return store
+
+
 def _rescored(root: Path) -> None:
     """New scores, so that a new report differs from the previous one in every table, plot and page."""
     path = root / "results" / "results.jsonl" if (root / "results").is_dir() else root / "results.jsonl"
@@ -154,13 +173,12 @@ def _rescored(root: Path) -> None:
 
 @pytest.mark.parametrize("fills_at", list(REPORT_FILES))
 def test_a_full_disk_mid_report_names_the_file_and_keeps_the_previous_report_whole(
-    fills_at, sweep_root, one_plot, monkeypatch, capsys
+    fills_at, reported_sweep, one_plot, tmp_path, monkeypatch, capsys
 ):
     """Breaks if: a report file is written in place (a half-written table, plot or page, or a new table beside the
     previous page), a temporary file stays behind, or the line names no file, a temporary name or a file read."""
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
-    root = sweep_root
-    main(["report", str(root)])  # the previous report, complete
+    root = Path(shutil.copytree(reported_sweep, tmp_path / "sweep"))  # the previous report, complete
     assert (root / "report.html").is_file() and (root / "plots" / "collapse.svg").is_file()
     _rescored(root)
     before = snapshot(root)
@@ -200,12 +218,11 @@ def _store_of(sweep: Path) -> Path:
 
 @pytest.mark.parametrize("fills_at", ["layers.csv", "layers.png"])
 def test_a_full_disk_mid_results_store_report_names_the_file_and_keeps_the_previous_report(
-    fills_at, sweep_root, monkeypatch, capsys
+    fills_at, reported_store, tmp_path, monkeypatch, capsys
 ):
     """`crossbert report` of any results folder (the store report): the same."""
     monkeypatch.delenv("CROSSBERT_DEBUG", raising=False)
-    store = _store_of(sweep_root)
-    main(["report", str(store)])
+    store = Path(shutil.copytree(reported_store, tmp_path / "store"))
     assert (store / "report.md").is_file() and (store / "tables" / "layers.csv").is_file()
     _rescored(store)
     before = snapshot(store)

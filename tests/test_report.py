@@ -30,6 +30,11 @@ def _score(objective: str, size: str, seed: int, task: str, layer: int, step: in
 
 @pytest.fixture
 def sweep_root(tmp_path):
+    return write_sweep_rows(tmp_path)
+
+
+def write_sweep_rows(tmp_path: Path) -> Path:
+    """A sweep folder of score rows and checkpoint rows (2 objectives x 2 sizes x 2 seeds x 2 checkpoints)."""
     checkpoints, results = [], []
     tasks = [
         ("SST-2", "glue", "linear"),

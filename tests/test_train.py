@@ -82,11 +82,11 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     assert metrics[-1]["val_loss"] < metrics[0]["val_loss"]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_process_torchrun_matches_one_process(corpus_args, tmp_path, mode):
+def test_two_process_ddp_matches_one_process(corpus_args, tmp_path):
+    """(FSDP2 over two processes: the accumulation test below, validation included.)"""
     one = tiny_config(corpus_args, tmp_path, "crossbert", name="one")
     train(one)
-    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed=mode)
+    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="ddp")
     torchrun_two_processes(two, tmp_path, ["-m", "crossbert_model.train"])
     assert losses(two.run_dir) == pytest.approx(losses(one.run_dir), rel=1e-5)
     # validation, shared-protocol losses included: each process scores its rows, the sums are reduced
@@ -163,16 +163,17 @@ def metric_rows(run_dir: Path) -> list[dict]:
 
 def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_args, tmp_path):
     """FSDP2 over 2 processes, 2 micro-batches each, activation checkpointing on, gives the losses, gradient
-    norms and weights of one process with the whole global batch at once (fp32; rtol 1e-5, atol 1e-6 on
-    weights after 2 AdamW steps), and reduce-scatters once per step and FSDP unit: never after the
-    non-final micro-batch (set_requires_gradient_sync(False))."""
+    norms, validation losses (native and shared-protocol: each process scores its rows, the sums are reduced)
+    and weights of one process with the whole global batch at once (fp32; rtol 1e-5, atol 1e-6 on weights
+    after 2 AdamW steps), and reduce-scatters once per step and FSDP unit: never after the non-final
+    micro-batch (set_requires_gradient_sync(False))."""
     from safetensors.torch import load_file
 
     from crossbert_model.model import Block, PredictorBlock
     from crossbert_model.objectives import pretraining_model_for
     from crossbert_model.train_config import model_config
 
-    common = dict(steps=2, eval_every=0, eval_sequences=8)
+    common = dict(steps=2, eval_every=2, eval_sequences=8)
     one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
     train(one)
     two = tiny_config(
@@ -183,6 +184,9 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     single, sharded = metric_rows(one.run_dir), metric_rows(two.run_dir)
     for key in ("loss", "grad_norm"):
         assert [r[key] for r in sharded] == pytest.approx([r[key] for r in single], rel=1e-5), key
+    validated = evaluated(one.run_dir)
+    assert "shared_loss_r50" in validated[-1]
+    assert evaluated(two.run_dir) == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in validated]
     weights = {cfg.name: load_file(str(list_checkpoints(cfg.run_dir)[-1][1] / "model.safetensors")) for cfg in (one, two)}
     for name, value in weights["one"].items():
         torch.testing.assert_close(weights["two"][name], value, rtol=1e-5, atol=1e-6, msg=name)
