@@ -105,7 +105,7 @@ def save_figure(fig, out: Path, name: str, caption: str = "") -> list[Plot]:
 
 def laid_out(fig):
     """Lay `fig` out once and keep that layout: its tight bounding box (inches, padded as savefig pads it). Each
-    savefig with bbox_inches="tight" would lay the figure out and measure it again, half the time a plot costs."""
+    savefig with bbox_inches="tight" would lay the figure out and measure it again (a fifth of the time a figure took)."""
     import matplotlib
 
     fig.draw_without_rendering()
