@@ -3,7 +3,7 @@ never the checkpoints): `crossbert sweep CONFIG --restore results/<study>` on a 
 adds only the runs the reference lacks, instead of training every run again.
 
 A run counts as done in the reference when the reference's own sweep.yaml plans it with the same training config
-(every defining key: crossbert_model.train_config.NON_DEFINING_KEYS), the same probe settings (completion_signature)
+(crossbert_model.train_config.defining_changes: the keys a resume refuses to change), the same probe settings (completion_signature)
 and the reference holds its final checkpoint's row. Its scores, checkpoint rows, encoder reliance and timings are
 copied and it is recorded complete, with the reference it came from; every other run is trained and probed as usual.
 The folder is written whole or not at all, and a rerun of the same command goes on with the restored folder."""
@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from crossbert_model.args import ConfigError, diff_dicts, load_config, to_dict
+from crossbert_model.args import ConfigError, load_config, to_dict
 from crossbert_model.claims import this_process, timestamp
 from crossbert_model.errors import SETTING
 from crossbert_model.readers import read_jsonl
-from crossbert_model.train_config import NON_DEFINING_KEYS
+from crossbert_model.train_config import defining_changes
 from crossbert_model.utils import atomic_path, exclusive_lock, json_text, lock_file_of
 
 from .folder_layout import SweepDir
@@ -41,13 +41,14 @@ def restore_sweep(cfg: SweepConfig, reference: str | os.PathLike) -> list[str]:
                 f"{SETTING}: {reference} is not a reference of a sweep ({needed} is missing; `make reference` writes it)",
                 setting="reference",
             )
+    reference_cfg = load_config(SweepConfig, source.config)  # a damaged reference is refused before anything is written
     target = SweepDir(cfg.root)
     target.path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(lock_file_of(target.path), waiting=f"waiting for another worker's restore of {target.path}"):
-        return _restore_into(target, source, reference, cfg)
+        return _restore_into(target, source, reference, cfg, reference_cfg)
 
 
-def _restore_into(target: SweepDir, source: SweepDir, reference: Path, cfg: SweepConfig) -> list[str]:
+def _restore_into(target: SweepDir, source: SweepDir, reference: Path, cfg: SweepConfig, reference_cfg: SweepConfig) -> list[str]:
     done_here = read_jsonl(target.completed)
     if restored_before := [row["run"] for row in done_here if row.get(RESTORED_FROM) == str(reference)]:
         return restored_before
@@ -57,7 +58,7 @@ def _restore_into(target: SweepDir, source: SweepDir, reference: Path, cfg: Swee
             f"(another name= or out_dir=), or run the sweep without {SETTING}",
             setting="reference",
         )
-    restored = done_runs(cfg, load_config(SweepConfig, source.config), source)
+    restored = done_runs(cfg, reference_cfg, source)
     if restored:
         _write_restored(target, source, restored, cfg)
     return [run.key for run in restored]
@@ -74,15 +75,10 @@ def done_runs(cfg: SweepConfig, reference_cfg: SweepConfig, source: SweepDir) ->
             same is not None
             and (run.key, run.train.steps) in finished
             and completion_signature(cfg, run) == completion_signature(reference_cfg, same)
-            and not defining_differences(run, same)
+            and not defining_changes(to_dict(same.train), to_dict(run.train))
         ):
             done.append(run)
     return done
-
-
-def defining_differences(run: RunSpec, other: RunSpec) -> list[str]:
-    """The keys of two runs' training configs that change what is trained (a resume refuses the same keys)."""
-    return [key for key, _, _ in diff_dicts(to_dict(run.train), to_dict(other.train)) if key not in NON_DEFINING_KEYS]
 
 
 def _write_restored(target: SweepDir, source: SweepDir, runs: list[RunSpec], cfg: SweepConfig) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 
-from .args import ConfigError, deep_merge, diff_dicts, read_yaml, to_dict
+from .args import ConfigError, deep_merge, read_yaml, to_dict
 from .checkpoint import CheckpointError
 from .hardware import resolve_precision
 from .masking import MASKING_SCHEME
 from .readers import read_json
 from .run_layout import RunDir
-from .train_config import NON_DEFINING_KEYS, TrainConfig
+from .train_config import TrainConfig, defining_changes
 
 
 def read_saved_config(run_dir: Path) -> dict | None:
@@ -33,7 +33,7 @@ def check_resume_compatible(run_dir: Path, cfg: TrainConfig) -> list[tuple[str, 
     # A key the saved config lacks was added to the tool since (e.g. model.mlm_mask_prob): that run was
     # trained with the key's default, so only a non-default value now is a change.
     saved = deep_merge(to_dict(TrainConfig()), saved)
-    diffs = [d for d in diff_dicts(saved, to_dict(cfg)) if d[0] not in NON_DEFINING_KEYS]
+    diffs = defining_changes(saved, to_dict(cfg))
     # Runs saved before dtype was resolved at start recorded only 'auto': whatever it resolves to now is that run's choice.
     diffs = [d for d in diffs if not (d[0] == "dtype" and d[1] == "auto")]
     allowed = [d for d in diffs if _change_allowed(d[0], cfg.resume_allow_changes)]

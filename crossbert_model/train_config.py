@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from .args import ConfigError, load_config, require
+from .args import ConfigError, diff_dicts, load_config, require
 from .data_args import DataArgs
 from .defaults import DTYPES
 from .limits import (
@@ -236,6 +236,12 @@ NON_DEFINING_KEYS = {
     "group",
     "model.vocab_chunk_rows",
 }
+
+
+def defining_changes(before: dict, after: dict) -> list[tuple[str, object, object]]:
+    """(dotted key, before, after) for every key of two training configs (as dicts) that changes what is trained:
+    what a resume refuses and what makes a committed run another run than the one planned."""
+    return [d for d in diff_dicts(before, after) if d[0] not in NON_DEFINING_KEYS]
 
 
 # --------------------------------------------------------------------------------------------------

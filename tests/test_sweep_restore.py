@@ -113,3 +113,11 @@ def test_a_folder_that_is_no_reference_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"reference: .*notes is not a reference of a sweep \(.*notes/sweep.yaml is missing"):
         restore_sweep(_config(tmp_path / "sweeps"), tmp_path / "notes")
     assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_damaged_reference_is_refused_before_anything_is_written(tmp_path):
+    reference, _ = _reference(tmp_path / "reference", 2)
+    (reference / "sweep.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="sweep.yaml:2: not valid YAML"):
+        restore_sweep(_config(tmp_path / "sweeps"), reference)
+    assert not (tmp_path / "sweeps").exists()
