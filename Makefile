@@ -109,10 +109,10 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-all: setup
-	$(ENV) $(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile
+	$(ENV) $(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The fuzzer's long profile (tests/test_fuzz.py: 400 generated inputs per edge instead of the suite's 25, not
 # derandomised); the outcomes per edge are printed at the end.

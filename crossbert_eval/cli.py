@@ -224,7 +224,9 @@ def check_names_early(args: argparse.Namespace) -> None:
             if hint:  # a typo of a local task: said before mteb is imported (other names are mteb's to answer)
                 raise CrossbertError(f"--tasks {name}: no local task file declares it; did you mean {' or '.join(hint)}?")
     model = getattr(args, "model", None)
-    if isinstance(model, str) and (model.startswith((".", "/", "~")) or os.sep in model and not _looks_like_hub_id(model)):
+    if not isinstance(model, str):
+        return
+    if model.startswith((".", "/", "~")) or os.sep in model and not _looks_like_hub_id(model):
         path = Path(model).expanduser()
         if not path.exists():
             siblings = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
@@ -232,6 +234,12 @@ def check_names_early(args: argparse.Namespace) -> None:
             raise CrossbertError(
                 f"model {model!r}: no such folder{'; did you mean ' + ' or '.join(str(path.parent / h) for h in hint) + '?' if hint else ''}"
             )
+    elif not os.path.exists(model):
+        from crossbert_eval.model_names import MODEL_ALIASES, cache_only, hub_id, hub_snapshot
+
+        # offline: a hub id that is not in the local cache is refused now, as the model's loading would refuse it
+        if model not in MODEL_ALIASES and hub_id(model) is not None and cache_only():
+            hub_snapshot(model, getattr(args, "allow_pickle", False), getattr(args, "trust_remote_code", False))
 
 
 def _looks_like_hub_id(name: str) -> bool:

@@ -28,7 +28,7 @@ from crossbert_model.run_layout import CheckpointDir, RunDir
 from crossbert_model.utils import ONLINE_ENV, atomic_path, online
 
 from .encoders import FrozenEncoder
-from .model_sources import hub_offline
+from .model_names import hub_offline
 from .results import ResultsStore
 
 log = logging.getLogger(__name__)

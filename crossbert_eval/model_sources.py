@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,10 @@ from crossbert_model.readers import check_safetensors, read_json, safetensors_sh
 from crossbert_model.data.tokenizer import minilm_path
 from crossbert_model.defaults import MAX_LENGTH, POOLINGS
 from crossbert_model.remote_code import code_allowed, from_pretrained
-from crossbert_model.utils import online
 from crossbert_model.args import did_you_mean
 from crossbert_model.errors import SETTING, CrossbertError, one_line
+
+from .model_names import MODEL_ALIASES, HubModelError, hub_id, hub_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -167,68 +167,6 @@ class ModelSource:
     positions: int | None = None  # max_position_embeddings of its config (ours: the sequence length it was trained at)
 
 
-# org/name, optionally @revision (branch, tag or commit): the shape of a Hugging Face hub model id
-HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
-# a name without an organisation (bert-base-uncased, roberta-base): the hub's legacy ids, still served by redirect
-BARE_HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
-# model names the loader knows without a folder or hub id (a mistyped one gets "did you mean")
-MODEL_ALIASES = ("minilm",)
-# What a frozen encoder needs from a hub repository: configs (model, tokenizer, sentence-transformers
-# modules), vocabularies and safetensors weights; never ONNX/TF/Flax copies or pickles unless allowed.
-HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]
-HUB_PICKLE_PATTERNS = ["pytorch_model*.bin"]
-HUB_CODE_PATTERNS = ["*.py"]  # a repository's own code: fetched only when the user trusts it (trust_remote_code)
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once, at import)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE is set: models come from the local cache only."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def cache_only() -> bool:
-    """Hub models come from the local cache only: unless the user opted into the network (CROSSBERT_ONLINE=1), whatever
-    the environment holds and whoever calls (a command sets HF_HUB_OFFLINE itself; a library caller may not)."""
-    return hub_offline() or not online()
-
-
-def download_hub_model(repo_id: str, revision: str | None, allow_pickle: bool = False, trust_remote_code: bool = False) -> Path:
-    """The local snapshot of a hub model: from the cache when offline, downloaded (only what a frozen
-    encoder needs) when online."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-    cache, offline = hub_cache_dir(), cache_only()
-    label = f"{repo_id}@{revision}" if revision else repo_id
-    patterns = HUB_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else []) + (HUB_CODE_PATTERNS if trust_remote_code else [])
-    try:
-        folder = snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline, allow_patterns=patterns)
-        return Path(folder)
-    except LocalEntryNotFoundError:  # offline (or unreachable hub) and not in the cache
-        how = "set CROSSBERT_ONLINE=1 to download it" if offline else "the hub could not be reached; check the connection"
-        raise EncoderError(
-            f"model {label!r}: not a local folder, and this hub id is not in the local Hugging Face cache {cache}; "
-            f"{how}, or give a local model folder"
-        ) from None
-    except RevisionNotFoundError:
-        raise EncoderError(f"model {label!r}: the hub repository {repo_id} has no revision {revision!r}") from None
-    except RepositoryNotFoundError:
-        raise EncoderError(
-            f"model {label!r}: no such model on the Hugging Face hub (or it is private/gated: log in with `hf auth login`)"
-        ) from None
-    except HfHubHTTPError as e:
-        raise EncoderError(f"model {label!r}: the Hugging Face hub refused the download ({str(e).splitlines()[0]})") from None
-
-
 def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> ModelSource:
     """A model argument -> the folder holding config.json + weights, and what kind of model it is.
     `allow_pickle` and `trust_remote_code` only widen what is downloaded for a hub id (pytorch_model.bin,
@@ -237,19 +175,17 @@ def resolve_model(spec: str, allow_pickle: bool = False, trust_remote_code: bool
         return _classify(minilm_path(), "sentence-transformers/all-MiniLM-L6-v2")
     path = Path(spec)
     if not path.exists():
-        hub = HUB_ID.match(spec) or BARE_HUB_ID.match(spec)
-        if hub is None:
+        if hub_id(spec) is None:
             raise EncoderError(
                 f"model {spec!r}: no such folder (give a checkpoint or run folder, a model folder, "
                 f"a hub id org/name[@revision] or name[@revision], or 'minilm'){did_you_mean(spec, MODEL_ALIASES)}"
             )
         try:
-            snapshot = download_hub_model(hub["repo"], hub["revision"], allow_pickle, trust_remote_code)
-        except EncoderError as e:  # a mistyped alias ('MiniLM-L6', 'minlm') reads as a hub id: say which was meant
-            hint = did_you_mean(spec, MODEL_ALIASES) if "/" not in spec else ""
-            raise EncoderError(f"{e}{hint}") from None
+            snapshot = hub_snapshot(spec, allow_pickle, trust_remote_code)
+        except HubModelError as e:
+            raise EncoderError(str(e)) from None
         source = _classify(snapshot, spec)
-        source.hub_id = hub["repo"]
+        source.hub_id = hub_id(spec)[0]
         return source
     if RunDir(path).checkpoints.is_dir() and not (path / "config.json").exists():
         latest = latest_checkpoint(path)

@@ -354,10 +354,14 @@ class Sweep:
             log.info("sweep %s verdict:\n%s", self.cfg.name, "\n".join(notice + verdict_lines(summary) + notice))
 
     def _run_distributed(self) -> Path:
-        """Under torchrun: every rank trains every run (no claims: the ranks are one worker); rank 0 probes."""
-        for i, run in enumerate(self.runs, 1):
-            log.info("sweep %s: run %d/%d %s", self.cfg.name, i, len(self.runs), run.key)
-            self.train_run(run)
+        """Under torchrun: every rank trains every run (no claims: the ranks are one worker), in one process group made
+        here for all of them; rank 0 probes."""
+        from crossbert_model.distributed import shared_process_group
+
+        with shared_process_group():
+            for i, run in enumerate(self.runs, 1):
+                log.info("sweep %s: run %d/%d %s", self.cfg.name, i, len(self.runs), run.key)
+                self.train_run(run)
         if self.rank:
             return self.root
         for run in self.runs:

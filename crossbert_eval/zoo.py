@@ -231,7 +231,8 @@ def check_zoo_config(cfg: ZooConfig) -> None:
 def preflight(cfg: ZooConfig) -> None:
     """Every model can be found (offline: in a folder or the Hugging Face cache; online: a well-formed hub
     id) and has a pooling, and every mteb task exists, before anything is written."""
-    from crossbert_eval.model_sources import HUB_ID, cache_only, resolve_model
+    from crossbert_eval.model_names import HUB_ID, cache_only
+    from crossbert_eval.model_sources import resolve_model
 
     problems = []  # every entry that cannot run, all named at once: one fix-and-rerun, not one per entry
     for i, entry in enumerate(cfg.models):

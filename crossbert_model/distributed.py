@@ -28,6 +28,7 @@ class DistEnv:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    owns_group: bool = False  # this call made the process group, so its cleanup ends it (else its maker does)
 
     @property
     def is_main(self) -> bool:
@@ -45,11 +46,23 @@ def init_distributed() -> DistEnv:
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if world > 1 and not dist.is_initialized():
+    owns_group = world > 1 and not dist.is_initialized()
+    if owns_group:
         # Generous timeout: rank 0 may tokenize a large corpus while the others wait at a barrier.
         minutes = int(os.environ.get("CROSSBERT_DIST_TIMEOUT_MIN", "180"))
         dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=minutes))
-    return DistEnv(rank, world, local_rank, device)
+    return DistEnv(rank, world, local_rank, device, owns_group)
+
+
+@contextlib.contextmanager
+def shared_process_group() -> Iterator[DistEnv]:
+    """One process group for every training inside (a sweep under torchrun trains all its runs in one): each
+    trainer finds it made and leaves it (cleanup), and it ends here."""
+    env = init_distributed()
+    try:
+        yield env
+    finally:
+        cleanup(env)
 
 
 def barrier(env: DistEnv) -> None:
@@ -151,5 +164,8 @@ def load_full_state(model, optimizer, model_state: dict, optimizer_state: dict |
 
 
 def cleanup(env: DistEnv) -> None:
-    if env.enabled and dist.is_initialized():
+    """End the process group where `env` made it. A group made before (a sweep under torchrun trains its runs in one
+    group) is left to its maker: a group ended and made again in the same processes is not reliable (gloo's second
+    rendezvous reads the first one's addresses and hangs, measured with torch 2.13)."""
+    if env.owns_group and dist.is_initialized():
         dist.destroy_process_group()

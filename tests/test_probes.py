@@ -79,15 +79,14 @@ def test_cache_key_changes_with_layer_pooling_and_model(minilm, tmp_path):
 
 def test_second_run_encodes_nothing_and_skips_done_units(minilm, tmp_path):
     task = get_task("WNLI")
-    first = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6)))
+    wnli = dict(tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6), max_train=100)  # 100 of 635 pairs: quick
+    first = ProbeRunner(minilm, settings(tmp_path, **wnli))
     rows = first.run([task])
     assert first.cache.misses == 4 and len(rows) == 4  # (train, dev) x 2 layers; 2 probes x 2 layers x 1 metric
-    again = ProbeRunner(minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6)))
+    again = ProbeRunner(minilm, settings(tmp_path, **wnli))
     assert again.run([task])["value"].tolist() == rows["value"].tolist()
     assert again.cache.misses == 0 and again.cache.hits == 0  # skipped: not even read
-    forced = ProbeRunner(
-        minilm, settings(tmp_path, tasks=["WNLI"], probes=["linear", "knn"], layers=LayerSpec.of(5, 6), force=True)
-    )
+    forced = ProbeRunner(minilm, settings(tmp_path, **wnli, force=True))
     assert forced.run([task])["value"].tolist() == rows["value"].tolist()
     assert forced.cache.misses == 0 and forced.cache.hits > 0  # re-probed from cached features
     stored = [json.loads(line) for line in (tmp_path / "results/results.jsonl").read_text().splitlines()]

@@ -82,12 +82,37 @@ def test_trained_checkpoint_loads_with_automodel_and_records_provenance(corpus_a
     assert metrics[-1]["val_loss"] < metrics[0]["val_loss"]
 
 
-def test_two_process_ddp_matches_one_process(corpus_args, tmp_path):
-    """(FSDP2 over two processes: the accumulation test below, validation included.)"""
-    one = tiny_config(corpus_args, tmp_path, "crossbert", name="one")
+# The runs the two-process tests compare with one process: trained in one torchrun launch (each launch starts three
+# interpreters that import torch; one launch for the three saves two of them).
+TWO_PROCESS_RUNS = {
+    "ddp": dict(distributed="ddp"),
+    "fsdp-accumulated": dict(
+        distributed="fsdp", grad_accum=2, activation_checkpointing=True, steps=2, eval_every=2, eval_sequences=8
+    ),
+    "fsdp-bf16": dict(distributed="fsdp", dtype="bf16", steps=2, eval_every=0, eval_sequences=8),
+}
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(corpus_args, tmp_path_factory) -> dict[str, tuple[TrainConfig, list[dict]]]:
+    """TWO_PROCESS_RUNS trained by 2 gloo processes: each run's config and, per rank, its collectives."""
+    out = tmp_path_factory.mktemp("two-process")
+    configs = [tiny_config(corpus_args, out, "crossbert", name=name, **fields) for name, fields in TWO_PROCESS_RUNS.items()]
+    collectives = torchrun_two_processes(configs, out)
+    return {cfg.name: (cfg, collectives[cfg.name]) for cfg in configs}
+
+
+def one_process_twin(cfg: TrainConfig, tmp_path: Path) -> TrainConfig:
+    """`cfg` trained by one process: the same run with the whole global batch at once, in fp32."""
+    one = dataclasses.replace(cfg, name="one", out_dir=str(tmp_path), grad_accum=1, activation_checkpointing=False, dtype="fp32")
     train(one)
-    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="ddp")
-    torchrun_two_processes(two, tmp_path, ["-m", "crossbert_model.train"])
+    return one
+
+
+def test_two_process_ddp_matches_one_process(two_process_runs, tmp_path):
+    """(FSDP2 over two processes: the accumulation test below, validation included.)"""
+    two, _ = two_process_runs["ddp"]
+    one = one_process_twin(two, tmp_path)
     assert losses(two.run_dir) == pytest.approx(losses(one.run_dir), rel=1e-5)
     # validation, shared-protocol losses included: each process scores its rows, the sums are reduced
     single, double = evaluated(one.run_dir), evaluated(two.run_dir)
@@ -95,13 +120,14 @@ def test_two_process_ddp_matches_one_process(corpus_args, tmp_path):
     assert double == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in single]
 
 
-# Runs crossbert_model.train under torchrun and writes, per rank, the dtype of every tensor FSDP2 gathers
-# (all_gather_single) and reduces (reduce_scatter_single): collectives.rank<N>.json in the working folder.
+# Runs crossbert_model.train under torchrun for each config named on its command line, in one process group as a sweep
+# under torchrun does (crossbert_model.distributed.shared_process_group), and writes, per run and rank, the dtype of
+# every tensor FSDP2 gathers (all_gather_single) and reduces (reduce_scatter_single): collectives.<run>.rank<N>.json.
 COUNTING_TRAIN = """
 import json, os, sys
 import torch.distributed as dist
 
-seen = {"all_gather": [], "reduce_scatter": []}
+seen = {}
 
 def counted(name, collective):
     def call(output, input, *args, **kwargs):
@@ -111,41 +137,34 @@ def counted(name, collective):
 
 dist.all_gather_single = counted("all_gather", dist.all_gather_single)
 dist.reduce_scatter_single = counted("reduce_scatter", dist.reduce_scatter_single)
+from crossbert_model.distributed import shared_process_group
 from crossbert_model.train import main
-main(sys.argv[1:])
-with open(f"collectives.rank{os.environ['RANK']}.json", "w") as out:
-    json.dump(seen, out)
+with shared_process_group():
+    for config in sys.argv[1:]:
+        seen.update(all_gather=[], reduce_scatter=[])
+        main([config, "num_threads=1"])
+        with open(f"collectives.{config.removesuffix('.yaml')}.rank{os.environ['RANK']}.json", "w") as out:
+            json.dump(seen, out)
 """
 
 
-def torchrun_two_processes(cfg: TrainConfig, tmp_path: Path, program: list[str] | None = None) -> list[dict]:
-    """Train `cfg` in 2 gloo processes under torchrun: with `program` None, COUNTING_TRAIN, and the collectives
-    of each rank come back; else `program` (e.g. ["-m", "crossbert_model.train"]), and an empty list.
+def torchrun_two_processes(configs: list[TrainConfig], work: Path) -> dict[str, list[dict]]:
+    """Train each of `configs` in turn in 2 gloo processes, one torchrun launch; per run, each rank's collectives. A
+    trainer that ended the shared process group would leave the next run hanging: the launch then times out.
 
     A failed launch shows its own output (subprocess's error holds only the command). It is tried once more,
-    from an empty run folder, after a warning that carries that output: CI once saw this launch exit 1 with
+    from empty run folders, after a warning that carries that output: CI once saw a launch exit 1 with
     its output lost, and 100 launches here (60 on a contended CPU) and 25 test runs did not fail (2026-12-05)."""
     from crossbert_model.args import dump_yaml
 
-    work = tmp_path / f"launch_{cfg.name}"
-    work.mkdir()
-    (work / "config.yaml").write_text(dump_yaml(cfg))
-    if program is None:
-        (work / "counting_train.py").write_text(COUNTING_TRAIN)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        *(program or ["counting_train.py"]),
-        "config.yaml",
-        "num_threads=1",
-    ]
+    for cfg in configs:
+        (work / f"{cfg.name}.yaml").write_text(dump_yaml(cfg))
+    (work / "counting_train.py").write_text(COUNTING_TRAIN)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "counting_train.py"]
+    command += [f"{cfg.name}.yaml" for cfg in configs]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     for attempt in (1, 2):
-        launched = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=600)
+        launched = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=300)
         if launched.returncode == 0:
             break
         output = (
@@ -153,15 +172,18 @@ def torchrun_two_processes(cfg: TrainConfig, tmp_path: Path, program: list[str] 
         )
         assert attempt == 1, output
         warnings.warn(output)
-        shutil.rmtree(cfg.run_dir, ignore_errors=True)
-    return [] if program else [json.loads((work / f"collectives.rank{r}.json").read_text()) for r in range(2)]
+        for cfg in configs:
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)
+    return {
+        cfg.name: [json.loads((work / f"collectives.{cfg.name}.rank{r}.json").read_text()) for r in range(2)] for cfg in configs
+    }
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
     return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
 
 
-def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_args, tmp_path):
+def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(two_process_runs, tmp_path):
     """FSDP2 over 2 processes, 2 micro-batches each, activation checkpointing on, gives the losses, gradient
     norms, validation losses (native and shared-protocol: each process scores its rows, the sums are reduced)
     and weights of one process with the whole global batch at once (fp32; rtol 1e-5, atol 1e-6 on weights
@@ -173,14 +195,8 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     from crossbert_model.objectives import pretraining_model_for
     from crossbert_model.train_config import model_config
 
-    common = dict(steps=2, eval_every=2, eval_sequences=8)
-    one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
-    train(one)
-    two = tiny_config(
-        corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", grad_accum=2, activation_checkpointing=True, **common
-    )
-    collectives = torchrun_two_processes(two, tmp_path)
-
+    two, collectives = two_process_runs["fsdp-accumulated"]
+    one = one_process_twin(two, tmp_path)
     single, sharded = metric_rows(one.run_dir), metric_rows(two.run_dir)
     for key in ("loss", "grad_norm"):
         assert [r[key] for r in sharded] == pytest.approx([r[key] for r in single], rel=1e-5), key
@@ -189,7 +205,7 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
     assert evaluated(two.run_dir) == [{k: pytest.approx(v, rel=1e-5) for k, v in r.items()} for r in validated]
     weights = {cfg.name: load_file(str(list_checkpoints(cfg.run_dir)[-1][1] / "model.safetensors")) for cfg in (one, two)}
     for name, value in weights["one"].items():
-        torch.testing.assert_close(weights["two"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(weights[two.name][name], value, rtol=1e-5, atol=1e-6, msg=name)
     model = pretraining_model_for(model_config(two.model, two.data))
     units = 1 + sum(isinstance(m, (Block, PredictorBlock)) for m in model.modules())  # each block, then the root
     for rank in collectives:
@@ -197,14 +213,11 @@ def test_fsdp2_with_accumulation_and_checkpointing_matches_one_process(corpus_ar
         assert set(rank["all_gather"]) == {"torch.float32"}
 
 
-def test_fsdp2_in_bf16_gathers_bf16_weights_and_reduces_fp32_gradients(corpus_args, tmp_path):
+def test_fsdp2_in_bf16_gathers_bf16_weights_and_reduces_fp32_gradients(two_process_runs, tmp_path):
     """With dtype=bf16 FSDP2's mixed-precision policy computes with bf16 weights (half the gather traffic)
     and sums gradients in fp32; the run trains the model the fp32 run trains (losses within 2%)."""
-    common = dict(steps=2, eval_every=0, eval_sequences=8)
-    one = tiny_config(corpus_args, tmp_path, "crossbert", name="one", **common)
-    train(one)
-    two = tiny_config(corpus_args, tmp_path, "crossbert", name="two", distributed="fsdp", dtype="bf16", **common)
-    collectives = torchrun_two_processes(two, tmp_path)
+    two, collectives = two_process_runs["fsdp-bf16"]
+    one = one_process_twin(two, tmp_path)
     for rank in collectives:
         assert "torch.bfloat16" in rank["all_gather"]
         assert set(rank["reduce_scatter"]) == {"torch.float32"}
