@@ -106,13 +106,14 @@ reference:
 # `make test-all` adds the slow tier: killed sweeps resumed end to end, the GPU sweep rehearsed on a CPU, MiniLM
 # reproducing its published MTEB scores on every exact local task (about 7 more minutes).
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=  # more for pytest, e.g. PYTEST_ARGS="--durations=20" or "-k offline"
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-all: setup
-	$(ENV) $(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(ENV) $(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The fuzzer's long profile (tests/test_fuzz.py: 400 generated inputs per edge instead of the suite's 25, not
 # derandomised); the outcomes per edge are printed at the end.

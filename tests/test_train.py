@@ -611,7 +611,7 @@ def test_a_trained_wordpiece_is_the_same_vocabulary_id_for_id_every_time(tmp_pat
         args = DataArgs(
             corpus=str(real_data_root / "wikipedia_en_2015"),
             vocab_size=1024,
-            max_documents=800,
+            max_documents=400,
             cache_dir=str(tmp_path / str(i)),
         )
         return prepare_tokenizer(args).get_vocab()
