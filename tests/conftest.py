@@ -49,17 +49,19 @@ if os.environ.get("CROSSBERT_TEST_BF16_SPEEDUP"):
 
 # The longest test files first. `make test` runs files on two processes (pytest-xdist --dist loadfile), handed out in
 # collection order: a long file collected last keeps one process busy while the other idles (alphabetically, test_zoo
-# is last). Seconds of test time per file on the idle 2-core machine, 2026-12-07: train 109, zoo 107, report 98, mteb 55,
-# mteb_layers 54, full_disk 48. The Makefile passes --no-loadscope-reorder, so xdist keeps this order.
+# is last). Seconds of test time per file on the idle 2-core machine, 2026-12-07: zoo 104, report 89, train 87, mteb 52,
+# gpu_check 42, full_disk 41, mteb_layers 37; the rest under 37. The Makefile passes --no-loadscope-reorder, so xdist
+# keeps this order.
 LONGEST_FILES_FIRST = (
-    "test_train.py",
     "test_zoo.py",
     "test_report.py",
+    "test_train.py",
     "test_mteb.py",
-    "test_mteb_layers.py",
+    "test_gpu_check.py",
     "test_full_disk.py",
+    "test_mteb_layers.py",
+    "test_install.py",
     "test_probes.py",
-    "test_cli.py",
     "test_export.py",
 )
 

@@ -33,6 +33,14 @@ def sweep_root(tmp_path):
     return write_sweep_rows(tmp_path)
 
 
+@pytest.fixture(scope="module")
+def fully_reported(tmp_path_factory) -> tuple[Path, str]:
+    """A sweep store and its report with every plot, built once for the tests that only read them (a plot costs
+    seconds): the folder and report.md."""
+    root = write_sweep_rows(tmp_path_factory.mktemp("fully-reported"))
+    return root, build_sweep_report(root).read_text()
+
+
 def write_sweep_rows(tmp_path: Path) -> Path:
     """A sweep folder of score rows and checkpoint rows (2 objectives x 2 sizes x 2 seeds x 2 checkpoints)."""
     checkpoints, results = [], []
@@ -102,12 +110,11 @@ def test_report_averages_over_seeds_with_their_spread(sweep_root):
     assert row["val_loss"] == pytest.approx(7.0 - 2.0 - 0.05)
 
 
-def test_report_writes_every_plot_and_both_pages(sweep_root):
-    report = build_sweep_report(sweep_root)
+def test_report_writes_every_plot_and_both_pages(fully_reported):
+    sweep_root, md = fully_reported
     for name in ("collapse", "loss_vs_probe", "layerwise", "training", "training_flops", "losses", "losses_flops"):
         for ext in ("png", "svg"):
             assert (sweep_root / "plots" / f"{name}.{ext}").stat().st_size > 1000, name
-    md = report.read_text()
     assert "plots/collapse.png" in md and "| mlm | tiny |" in md
     assert "<table>" in (sweep_root / "report.html").read_text()
     summary = pd.read_parquet(sweep_root / "tables" / "summary.parquet")
@@ -188,8 +195,8 @@ def test_old_rows_with_versions_and_string_layers_still_report(sweep_root):
 from crossbert_eval.report import loading, markdown, noise, plots, tables  # noqa: E402
 
 
-def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(sweep_root):
-    md = build_sweep_report(sweep_root, plots=["collapse", "loss_vs_probe", "layerwise", "training"]).read_text()
+def test_error_bars_are_min_max_with_two_seeds_and_named_in_the_captions(fully_reported):
+    sweep_root, md = fully_reported
     scores = loading.load_scores(sweep_root)
     final = scores[scores["is_main"] & scores["is_final"] & (scores["task"] == "SST-2")]
     bands = noise.seed_bands(final, ["objective", "size", "relative_depth"])  # what the layer-wise plot draws
