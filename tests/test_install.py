@@ -76,6 +76,6 @@ def test_the_installed_package_probes_a_model_from_another_folder(installed, tmp
     assert f"from {installed}" in done.stdout
     assert not (REPO / "out").exists()
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert {(r["task"], r["probe"]) for r in rows} == {("BIOSSES", "cosine")} and all(
-        r["value"] > 0.5 for r in rows if r["is_main"]
-    )
+    assert {(r["task"], r["probe"]) for r in rows} == {("BIOSSES", "cosine")}
+    main_scores = [r["value"] for r in rows if r["is_main"]]
+    assert main_scores and all(value > 0.5 for value in main_scores)  # MiniLM scored, not just a file written
