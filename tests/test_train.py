@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -164,7 +165,7 @@ def torchrun_two_processes(configs: list[TrainConfig], work: Path) -> dict[str, 
     command += [f"{cfg.name}.yaml" for cfg in configs]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     for attempt in (1, 2):
-        launched = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=300)
+        launched = run_as_a_group(command, env=env, cwd=work, timeout=300)
         if launched.returncode == 0:
             break
         output = (
@@ -177,6 +178,21 @@ def torchrun_two_processes(configs: list[TrainConfig], work: Path) -> dict[str, 
     return {
         cfg.name: [json.loads((work / f"collectives.{cfg.name}.rank{r}.json").read_text()) for r in range(2)] for cfg in configs
     }
+
+
+def run_as_a_group(command: list[str], timeout: float, **popen) -> subprocess.CompletedProcess:
+    """`command` in a process group of its own, all of it killed if it outlives `timeout`: torchrun's workers would
+    outlive a killed torchrun (subprocess.run kills only the process it started) and hold a core for hours."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **popen
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(command)}: still running after {timeout} s, killed:\n{stdout[-3000:]}\n{stderr[-8000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
