@@ -99,10 +99,11 @@ reference:
 	xz -9f results/$(SWEEP)/tables/scores.csv       # the largest table, kept compressed too (pandas reads it as it is)
 
 # The test suite CI runs: ruff (lint and format), then everything but the `slow` tier on TEST_WORKERS processes, one
-# test file per process at a time (pytest-xdist --dist loadfile: a file's fixtures are built once). Measured on the idle
-# 2-core EPYC without native bf16, 2026-12-07: 1,006 tests in 525 s on two processes (945 s of CPU; 554-570 s before
-# the configs' schema was cached and plots laid out once; the suite of 2026-12-05, 698 tests, took 416 s on one process
-# on this machine). Expensive fixtures are built once per process, report tests draw only the plots they check.
+# test file per process at a time (pytest-xdist --dist loadfile: a file's fixtures are built once), the longest files
+# first (tests/conftest.py), each process with its share of the cores. Measured on the idle 2-core EPYC without native
+# bf16, 2026-12-07: 1,008 tests in 439 s by pytest on two processes (815 s of summed test time; 525 s before the
+# offline refusals moved ahead of torch, the two-process tests shared one launch and the processes stopped
+# oversubscribing the cores; the suite of 2026-12-05, 698 tests, took 416 s on one process on this machine).
 # `make test-all` adds the slow tier: killed sweeps resumed end to end, the GPU sweep rehearsed on a CPU, MiniLM
 # reproducing its published MTEB scores on every exact local task (about 7 more minutes).
 TEST_WORKERS ?= 2
