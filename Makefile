@@ -20,10 +20,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 setup: $(VENV)/.installed
 
-# The main job: a small CPU scale sweep (2 sizes x 2 objectives x 3 seeds) on the Wikipedia corpus, probes, plots, report.
-# Resumable: run it again after an interruption and it continues where it stopped.
+# The main job: a small CPU scale sweep (2 sizes x 2 objectives x 3 seeds) on the Wikipedia corpus, probes, plots, report,
+# by WORKERS processes on their share of the cores (sweep_workers, below). Resumable: run it again after an
+# interruption and it continues where it stopped.
 demo: setup
-	$(ENV) $(VENV)/bin/crossbert sweep configs/sweep/cpu_small.yaml out_dir=$(RUNS)/sweeps train.data.cache_dir=$(RUNS)/cache
+	$(call sweep_workers,configs/sweep/cpu_small.yaml)
 
 # A smoke test of the main job: every stage of `make demo` (tokenizer and token cache, training, probes, geometry, mteb,
 # encoder reliance, report) on every objective and size at 2 seeds, 20 steps a run, at most QUICK_LIMIT examples per

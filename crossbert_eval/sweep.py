@@ -3,7 +3,7 @@
     crossbert sweep configs/sweep/cpu_small.yaml [key=value ...]
     torchrun --nproc_per_node 8 -m crossbert_eval.sweep configs/sweep/gpu_base.yaml
 
-Order: runs are sorted by training cost, and each run is probed (final checkpoint first, then the
+Order: runs are sorted by training cost (run_order: cheapest or costliest first), and each run is probed (final checkpoint first, then the
 earlier ones) as soon as it is trained, so partial results are useful early. Everything is resumable:
 a run's training resumes from its latest checkpoint, probe and mteb units already in the results
 store are skipped, and tables / plots / report are rebuilt from the store as runs finish (every report_every_s) and at the end.

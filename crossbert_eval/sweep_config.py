@@ -91,6 +91,10 @@ class SweepConfig:
     )
     budget_tokens: Annotated[int, POSITIVE_INT] = 2_000_000
     budget_flops: Annotated[float | None, POSITIVE] = None
+    # Which runs workers claim first, by training cost (FLOPs per token x steps). cheapest_first: partial results
+    # early, and what a wall budget (budget_s) predicts from; costliest_first: several workers end together (the
+    # costliest run is not left for last while the others wait), for a sweep run to its end.
+    run_order: Annotated[str, OneOf("cheapest_first", "costliest_first")] = "cheapest_first"
     checkpoint_fractions: Annotated[
         list[Annotated[float, Range(0, 1, low_open=True, words="a fraction of the run in (0, 1]")]], NON_EMPTY
     ] = field(default_factory=lambda: [0.5, 1.0])
@@ -151,6 +155,14 @@ class SweepConfig:
     def _a_flops_budget_names_its_flops(self, prefix: str) -> None:
         if self.budget == "flops" and self.budget_flops is None:
             raise ConfigError(f"sweep field '{prefix}budget_flops': expected a positive number when budget=flops, got None")
+
+    @relation("run_order", "budget_s")
+    def _a_wall_budget_goes_cheapest_first(self, prefix: str) -> None:
+        if self.budget_s is not None and self.run_order != "cheapest_first":
+            raise ConfigError(
+                f"sweep field '{prefix}run_order': expected cheapest_first with a wall budget (budget_s: it predicts "
+                f"the runs left from the cheapest ones, timed first), got {self.run_order}"
+            )
 
     @relation("reference_objective", "objectives")
     def _the_reference_is_one_of_the_objectives(self, prefix: str) -> None:

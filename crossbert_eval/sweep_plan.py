@@ -1,4 +1,4 @@
-"""A sweep's plan: every run's resolved training config (cheapest first), what its checkpoints are evaluated on,
+"""A sweep's plan: every run's resolved training config (in the config's run_order), what its checkpoints are evaluated on,
 when a run counts as complete, and what is checked before anything is written (tasks, the machine, optional packages)."""
 
 from __future__ import annotations
@@ -47,14 +47,16 @@ class RunSpec:
 
 
 def plan_runs(cfg: SweepConfig) -> list[RunSpec]:
-    """Every (objective, size, seed) with its resolved training config, cheapest first. The sweep's fields are checked
+    """Every (objective, size, seed) with its resolved training config, in the order workers claim them (run_order: by
+    training cost, cheapest or costliest first; equal costs in config order). The sweep's fields are checked
     first (their declared limits, again for a config built or changed in code, then their relations), every run's
     training config as it is resolved."""
     check_limits(cfg)
     check_relations(cfg)
     seeds = cfg.seeds[:LIMIT_SEEDS] if cfg.limit is not None else cfg.seeds
     runs = [_plan_run(cfg, obj, size, seed) for size in cfg.sizes for obj in cfg.objectives for seed in seeds]
-    return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps)
+    costliest_first = cfg.run_order == "costliest_first"
+    return sorted(runs, key=lambda r: r.flops_per_token * r.train.steps * (-1 if costliest_first else 1))
 
 
 def _plan_run(cfg: SweepConfig, obj: ObjectiveSpec, size: str, seed: int) -> RunSpec:

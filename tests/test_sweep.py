@@ -116,20 +116,31 @@ def test_killed_sweep_resumes_to_the_tables_of_an_uninterrupted_one(tmp_path, co
     assert "## Final checkpoints by size" in (tmp_path / "killed" / "report.md").read_text()
 
 
-def test_plans_give_every_run_the_same_token_budget_cheapest_first():
-    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml")
+@pytest.mark.parametrize("run_order", ["cheapest_first", "costliest_first"])
+def test_plans_give_every_run_the_same_token_budget_in_the_asked_order_of_cost(run_order):
+    cfg = load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", [f"run_order={run_order}"])
     runs = plan_runs(cfg)
     assert len(runs) == 12 and {r.size for r in runs} == {"nano", "tiny"} and {r.seed for r in runs} == {0, 1, 2}
     assert len({r.train.steps * r.train.batch_size * r.train.data.seq_len for r in runs}) == 1
-    assert runs[0].size == "nano" and runs[-1].key.startswith("crossbert-tiny")
+    costs = [r.flops_per_token * r.train.steps for r in runs]
+    assert costs == sorted(costs, reverse=run_order == "costliest_first")
+    cheapest, costliest = (
+        ("mlm-nano-s0", "crossbert-tiny-s2") if run_order == "cheapest_first" else ("crossbert-tiny-s0", "mlm-nano-s2")
+    )
+    assert (runs[0].key, runs[-1].key) == (cheapest, costliest)  # equal costs keep the config's order (seed 0 first)
     assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
-    # the committed reference is reproduced bit for bit only with a deterministic compiled step (results/cpu_small)
-    crossbert = {
-        (r.train.compile, r.train.deterministic, r.train.model.embedding_init_std)
-        for r in runs
-        if r.objective.name == "crossbert"
-    }
-    assert crossbert == {(True, True, 1.0)}
+
+
+def test_a_wall_budget_is_refused_with_the_costliest_runs_first():
+    with pytest.raises(ConfigError, match=r"sweep field 'run_order': expected cheapest_first with a wall budget"):
+        plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml", ["run_order=costliest_first", "budget_s=600"]))
+
+
+def test_the_main_jobs_arms_share_one_embedding_draw_and_reproduce_bit_for_bit():
+    runs = plan_runs(load_config(SweepConfig, REPO / "configs/sweep/cpu_small.yaml"))
+    assert {(r.train.model.objective, r.train.model.embedding_init_std) for r in runs} == {("mlm", 1.0), ("crossbert", 1.0)}
+    # a compiled step is reproduced bit for bit only when deterministic (results/cpu_small/README.md)
+    assert all(r.train.deterministic for r in runs if r.train.compile)
 
 
 def test_the_second_target_trains_both_objectives_at_two_sizes_with_crossberts_larger_embedding_draw():
