@@ -102,7 +102,7 @@ reference:
 # The test suite CI runs: ruff (lint and format), then everything but the `slow` tier on TEST_WORKERS processes, one
 # test file per process at a time (pytest-xdist --dist loadfile: a file's fixtures are built once), the longest files
 # first (tests/conftest.py), each process with its share of the cores. Measured on the idle 2-core EPYC without native
-# bf16, 2026-12-07: 1,008 tests in 439 s by pytest on two processes (815 s of summed test time; 525 s before the
+# bf16, 2026-12-07: 1,011 tests in 426 s and 459 s by pytest on two processes (two runs; 1,008 tests: 439 s, 815 s of summed test time; 525 s before the
 # offline refusals moved ahead of torch, the two-process tests shared one launch and the processes stopped
 # oversubscribing the cores; the suite of 2026-12-05, 698 tests, took 416 s on one process on this machine).
 # `make test-all` adds the slow tier: killed sweeps resumed end to end, the GPU sweep rehearsed on a CPU, MiniLM
