@@ -20,6 +20,8 @@ from pathlib import Path
 
 from _common import markdown, setup, write
 
+from crossbert_model.utils import core_share  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -28,7 +30,7 @@ def run_main_job(config: str, out_dir: Path, workers: int) -> float:
     Makefile's sweep_workers starts them)."""
     if out_dir.exists():
         sys.exit(f"{out_dir} exists: the main job would resume there and time nothing; pass a fresh --run-dir")
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = core_share(workers)
     cmd = [
         sys.executable,
         "-m",

@@ -69,7 +69,16 @@ from .model import Block, PredictorBlock
 from .objectives import describe, num_views, pretraining_batch, pretraining_model_for, targets_per_row, training_flops_per_token
 from .plateau import SMOOTHING
 from .shared_loss import protocol_ratios, protocol_selections, shared_loss_metrics, shared_loss_sums
-from .utils import atomic_write_json, atomic_write_text, append_jsonl, data_root, provenance, quiet_transformers, set_offline_env
+from .utils import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    core_share,
+    data_root,
+    provenance,
+    quiet_transformers,
+    set_offline_env,
+)
 from .validation import unigram_entropies, validation_batches
 from .readers import read_jsonl
 from .errors import CrossbertError, report_crashes_in
@@ -178,7 +187,7 @@ class Trainer:
         if self.layout.config.exists() and not cfg.resume:
             raise ConfigError(f"{self.run_dir} already holds a run and resume=false: choose another name or remove it")
         self.allowed_changes = check_resume_compatible(self.run_dir, cfg) if cfg.resume else []
-        torch.set_num_threads(cfg.num_threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        torch.set_num_threads(cfg.num_threads or core_share(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
 

@@ -73,6 +73,12 @@ class DataRootError(CrossbertError, FileNotFoundError):
     pass
 
 
+def core_share(processes: int) -> int:
+    """Threads for one of `processes` processes sharing this machine's cores (at least one): a thread per core in
+    every process oversubscribes the CPU (the trainer under torchrun, the Makefile's sweep workers, test workers)."""
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
 def data_root(explicit: str | os.PathLike | None = None) -> Path:
     """The one resolver of the data root: an explicit path, else $CROSSBERT_DATA_ROOT, else
     ../shared/data beside the checkout. A root that is named (option or variable) but missing is an

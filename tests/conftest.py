@@ -28,8 +28,9 @@ os.environ.update(
 # processes: 152 s with the default, 117 s with one thread each. Set before torch is first imported, in each worker
 # (not in the process that starts them: they would inherit its value); a value the user set is kept.
 if "PYTEST_XDIST_WORKER" in os.environ:
-    _PROCESSES = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _PROCESSES)))
+    from crossbert_model.utils import core_share  # no torch import (crossbert_model imports lazily)
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(core_share(int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from crossbert_model.args import ConfigError, deep_merge, dump_yaml, load_config
-from crossbert_model.utils import append_jsonl
+from crossbert_model.utils import append_jsonl, core_share
 from crossbert_model.readers import read_jsonl
 from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.sweep import Sweep
@@ -129,6 +129,13 @@ def test_plans_give_every_run_the_same_token_budget_in_the_asked_order_of_cost(r
     )
     assert (runs[0].key, runs[-1].key) == (cheapest, costliest)  # equal costs keep the config's order (seed 0 first)
     assert all(r.train.checkpoint_steps[-1] == r.train.steps for r in runs)
+
+
+def test_each_of_several_workers_gets_its_share_of_the_cores_and_never_none(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert [core_share(n) for n in (1, 2, 3, 16, 32)] == [16, 8, 5, 1, 1]
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one thread, not zero
+    assert core_share(2) == 1
 
 
 def test_a_wall_budget_is_refused_with_the_costliest_runs_first():
