@@ -255,7 +255,6 @@ def _probe(args: argparse.Namespace) -> None:
     own = dict(
         probes=_csv(args.probe),
         pair_mode=args.pair_mode,
-        seed=args.seed,
         feature_transforms=_csv(args.feature_transform),
         max_train=args.max_train,
         **knn,  # unset: the protocol constants of crossbert_eval.probes (DINO's k=20, T=0.07)
@@ -281,6 +280,8 @@ def _frozen_features_command(args: argparse.Namespace, settings_class, run, text
         cache_dir=args.cache_dir,
         force=args.force,
         data_root=_resolved_root(args),
+        max_eval=args.max_eval,
+        seed=args.seed,
         **own,
     )
     runner = run(args.model, settings, **_encoder_options(args))
@@ -363,13 +364,18 @@ def _zoo(args: argparse.Namespace) -> None:
 
 
 def _reliance(args: argparse.Namespace) -> None:
+    from crossbert_model.plateau import PLATEAU_MARGIN
     from crossbert_model.reliance import ENCODER_RELIANCE_SHARE, encoder_reliance_for_checkpoint
 
     out = encoder_reliance_for_checkpoint(args.checkpoint, args.eval_sequences, args.overrides)
     width = max(map(len, out))
     for key, value in out.items():
         print(f"{key:<{width}}  {value:.4f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
-    answer = {True: "carries context", False: "does NOT carry context", None: "no answer (no margin below the unigram entropy)"}
+    answer = {
+        True: "carries context",
+        False: "does NOT carry context",
+        None: f"no answer (a margin below the unigram entropy under the plateau's {PLATEAU_MARGIN:g} nats, or a number missing)",
+    }
     print(
         f"\nthe encoder rule (order-blind encoder loses >= {ENCODER_RELIANCE_SHARE:g} of the margin): "
         f"{answer[out['encoder_carries_context']]}"
@@ -416,8 +422,11 @@ def _baselines(args: argparse.Namespace) -> None:
     folder = Path(args.folder)
     config = folder_probe_config(folder)
     tasks = _csv(args.tasks) if args.tasks else baseline_task_names(config["probe_tasks"], config.get("mteb_tasks") or [])
-    cap = args.max_train if args.max_train is not None else config.get("max_probe_train")
-    run_baselines(resolve_tasks(tasks), folder, BaselineSettings(data_root=_resolved_root(args), max_train=cap))
+    max_train, max_eval = folder_split_caps(config)
+    if args.max_train is not None:
+        max_train = args.max_train
+    settings = BaselineSettings(data_root=_resolved_root(args), max_train=max_train, max_eval=max_eval)
+    run_baselines(resolve_tasks(tasks), folder, settings)
     table = load_baselines(folder)
     print(markdown_table(table[table["task"].isin(tasks)]))
     print(f"baselines: {folder}/baselines (`crossbert report {folder}` draws them)")
@@ -431,6 +440,16 @@ def folder_probe_config(folder) -> dict:
         if config.is_file():
             return read_yaml(config)
     return {}
+
+
+def folder_split_caps(config: dict) -> tuple[int | None, int | None]:
+    """(max_train, max_eval): the seeded caps of the splits a sweep or zoo folder's probes read (its config, as
+    folder_probe_config reads it), so that its baselines score the same examples."""
+    from crossbert_eval.sweep_plan import split_caps
+
+    if "max_probe_eval" in config:  # a zoo's
+        return config.get("max_probe_train"), config["max_probe_eval"]
+    return split_caps(config.get("max_probe_train"), config.get("limit"))
 
 
 def _tasks(args: argparse.Namespace) -> None:
@@ -481,6 +500,19 @@ def _add_encoder_options(p: argparse.ArgumentParser, model_max_length: bool = Fa
         action="store_true",
         help="run the Python code a model folder carries (its auto_map) to load it: only for a folder you trust; "
         "recorded in every result row. Our own checkpoints never need it",
+    )
+
+
+def _add_sample_options(p: argparse.ArgumentParser) -> None:
+    """The seeded sample of each evaluation split that probe and geometry share (the same texts at the same seed)."""
+    p.add_argument("--seed", type=limited(SEED), default=0, help="the probes' seed, and the seed of the --max-eval sample")
+    p.add_argument(
+        "--max-eval",
+        type=limited(POSITIVE_INT),
+        default=None,
+        metavar="N",
+        help="a seeded sample of N examples of each evaluation split, the same texts for `crossbert probe` and "
+        "`crossbert geometry` at one --seed (features encoded once); recorded as max_eval in every row (default: all)",
     )
 
 
@@ -592,7 +624,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="kNN vote temperature (default: probes.KNN_TEMPERATURE, DINO's 0.07)",
     )
-    p.add_argument("--seed", type=limited(SEED), default=0, help="the probes' seed")
     p.add_argument(
         "--max-train",
         type=limited(POSITIVE_INT),
@@ -607,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="raw, centred, whitened (comma-separated): the cosine and kNN probes' features, each transform "
         "fitted on the task's training split (the linear probe takes raw features)",
     )
+    _add_sample_options(p)
     _add_encoder_options(p)
     _add_store_options(p)
     p.set_defaults(func=_probe)
@@ -627,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="mean, cls, max (comma-separated); default: the model's own (sentence-transformers config), else mean",
     )
+    _add_sample_options(p)
     _add_encoder_options(p)
     _add_store_options(p)
     p.set_defaults(func=_geometry)
@@ -802,6 +835,7 @@ OPTION_OF = {
     "temperature": "--temperature",
     "seed": "--seed",
     "max_train": "--max-train",
+    "max_eval": "--max-eval",
     "feature_transforms": "--feature-transform",
     "force": "--force",
     "data_root": "--data-root",

@@ -30,8 +30,8 @@ from crossbert_model.utils import quiet_transformers
 from crossbert_model.errors import SETTING, one_line
 
 from .layer_spec import LayerSpec
+from .model_names import EncoderError
 from .model_sources import (
-    EncoderError,
     ModelSource,
     check_config_matches_weights,
     check_weights,

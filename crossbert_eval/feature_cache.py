@@ -15,7 +15,7 @@ from crossbert_model.defaults import POOLINGS
 from crossbert_model.errors import SETTING
 from crossbert_model.utils import atomic_path, stable_hash, texts_digest
 
-from .model_sources import EncoderError
+from .model_names import EncoderError
 
 if TYPE_CHECKING:
     from .encoders import FrozenEncoder

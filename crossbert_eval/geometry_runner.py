@@ -2,7 +2,8 @@
 
     crossbert geometry minilm --tasks SST-2,STS-B --layers all --pooling mean
 
-Which texts: each task's evaluation split(s) (task.eval_splits), one unit per (split, layer, pooling).
+Which texts: each task's evaluation split(s) (task.eval_splits), one unit per (split, layer, pooling); with max_eval, the
+probes' seeded sample of each (Split.subsample at the same seed, so the probes' cached features are read).
 Single-sentence tasks give their texts; pair tasks give the first and the second sentences, each encoded
 alone, stacked (2n rows): the geometry of the sentence space, not of the joint pair encoding a joint
 linear / kNN probe reads. Those are the same cached features as the cosine probe's (and senteval pair
@@ -23,8 +24,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from . import geometry as G
+from . import probes as P
 from crossbert_model.defaults import FEATURES_DIR, POOLINGS, RESULTS_DIR
-from crossbert_model.limits import SomeOf
+from crossbert_model.limits import POSITIVE_INT, SEED, SomeOf
 from crossbert_model.utils import texts_digest
 
 from .encoders import FrozenEncoder
@@ -56,6 +58,10 @@ class GeometrySettings:
     cache_dir: str = FEATURES_DIR
     force: bool = False
     data_root: str | None = None
+    # a seeded sample of each evaluation split, drawn as the probes draw theirs (ProbeSettings.max_eval and seed: the
+    # same texts, so their cached features are read); None: every evaluation example
+    max_eval: Annotated[int | None, POSITIVE_INT] = None
+    seed: Annotated[int, SEED] = P.PROBE_SEED
 
     def __post_init__(self) -> None:
         if isinstance(self.poolings, str):
@@ -66,8 +72,9 @@ class GeometrySettings:
         check_settings(self)
 
 
-def protocol_for(task: Task) -> dict:
-    return {**G.GEOMETRY_PROTOCOL, "texts": PAIR_TEXTS if task.is_pair else "texts"}
+def protocol_for(task: Task, settings: GeometrySettings) -> dict:
+    sample = {"max_eval": settings.max_eval, "sample_seed": settings.seed} if settings.max_eval else {}  # only when sampling
+    return {**G.GEOMETRY_PROTOCOL, "texts": PAIR_TEXTS if task.is_pair else "texts", **sample}
 
 
 class GeometryRunner:
@@ -89,7 +96,7 @@ class GeometryRunner:
             layer=layer,
             pooling=pooling,
             pair_mode=None,
-            protocol=protocol_for(task),
+            protocol=protocol_for(task, self.s),
             data=texts_digest(split.texts, split.texts_pair),
             **self.encoder.feature_signature,
         )
@@ -103,8 +110,11 @@ class GeometryRunner:
         b = self.cache.features(self.encoder, split.texts_pair, None, layers, poolings, f"{label}/b")
         return {k: np.concatenate([a[k], b[k]]) for k in a}
 
+    def load_split(self, task: Task, split_name: str) -> Split:
+        return task.load_split(split_name, self.s.data_root).subsample(self.s.max_eval, self.s.seed)
+
     def run_split(self, task: Task, split_name: str, bar: tqdm) -> list[dict]:
-        split = task.load_split(split_name, self.s.data_root)
+        split = self.load_split(task, split_name)
         units = [(l, p, self._unit(task, split_name, split, l, p)) for l in self.layers for p in self.poolings]
         todo = [u for u in units if self.s.force or not self.store.done(u[-1])]
         bar.update(len(units) - len(todo))
@@ -138,7 +148,7 @@ class GeometryRunner:
             **row_base(self.encoder, task, split_name, PROBE_NAME, layer, pooling, self.pooling_source),
             "pair_mode": None,
             "n_eval": n,  # feature rows measured (2x the pairs for a pair task)
-            "protocol": protocol_for(task),
+            "protocol": protocol_for(task, self.s),
             "probe_seconds": round(seconds, 3),
             "unit": key,
         }
@@ -162,7 +172,7 @@ class GeometryRunner:
         )
         keys = set()
         for task, split_name in plans:
-            split = task.load_split(split_name, self.s.data_root)
+            split = self.load_split(task, split_name)
             keys |= {self._unit(task, split_name, split, l, p) for l in self.layers for p in self.poolings}
             self.run_split(task, split_name, bar)
         bar.close()

@@ -32,6 +32,11 @@ HUB_PICKLE_PATTERNS = ["pytorch_model*.bin"]
 HUB_CODE_PATTERNS = ["*.py"]  # a repository's own code: fetched only when the user trusts it (trust_remote_code)
 
 
+class EncoderError(CrossbertError, ValueError):
+    """A model argument, a model folder or its features that cannot be used: one line naming the model or file.
+    Here, with the model names, so the feature cache and the mteb runner refuse without importing torch."""
+
+
 class HubModelError(CrossbertError, ValueError):
     """A hub id that cannot be had: not cached while offline, no such repository or revision, a refused download."""
 

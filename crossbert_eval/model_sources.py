@@ -24,19 +24,15 @@ from crossbert_model.data.tokenizer import minilm_path
 from crossbert_model.defaults import MAX_LENGTH, POOLINGS
 from crossbert_model.remote_code import code_allowed, from_pretrained
 from crossbert_model.args import did_you_mean
-from crossbert_model.errors import SETTING, CrossbertError, one_line
+from crossbert_model.errors import SETTING, one_line
 
-from .model_names import MODEL_ALIASES, HubModelError, hub_id, hub_snapshot
+from .model_names import MODEL_ALIASES, EncoderError, HubModelError, hub_id, hub_snapshot
 
 log = logging.getLogger(__name__)
 
 # tokenizer.model_max_length of a tokenizer that declares none (transformers' VERY_LARGE_INTEGER)
 UNDECLARED_LENGTH = 10**12
 NOT_ENCODER_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForSeq2SeqLM")
-
-
-class EncoderError(CrossbertError, ValueError):
-    """A model argument, a model folder or its features that cannot be used: one line naming the model or file."""
 
 
 def _weight_files(folder: Path) -> tuple[list[Path], list[Path]]:

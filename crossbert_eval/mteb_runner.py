@@ -27,16 +27,13 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
-
-from sklearn.exceptions import ConvergenceWarning
+from typing import TYPE_CHECKING, Annotated
 
 from crossbert_model.defaults import FEATURES_DIR, MTEB_DIR, POOLINGS
 from crossbert_model.limits import OneOf
 from crossbert_model.utils import atomic_write_text, sha256_file
 from crossbert_model.readers import read_text
 
-from .encoders import FrozenEncoder
 from .feature_cache import FeatureCache
 from .layer_spec import LAYERS, LayerSpec
 from .mteb_benchmark import check_local_data, resolve_mteb_tasks
@@ -44,6 +41,9 @@ from .mteb_tasks import MtebError, data_status
 from .results import ResultsStore, unit_key
 from .settings import SettingError, check_settings
 from .tasks import all_tasks
+
+if TYPE_CHECKING:
+    from .encoders import FrozenEncoder
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +154,9 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
     started = time.perf_counter()
     configure_offline(out_dir)
     import mteb
+    from sklearn.exceptions import ConvergenceWarning
 
-    if isinstance(model, FrozenEncoder):
-        encoder = model
-    else:
-        encoder = FrozenEncoder.load(model, own_length=True, **encoder_options)
-    # recorded as the probe runner records it: "user", or where the model's own pooling came from
-    (pooling,), pooling_source = encoder.poolings_and_source([s.pooling] if s.pooling else None)
-    layer_indices = list(dict.fromkeys(encoder.layer_indices(s.layers)))  # '6,-1' on a 6-layer model: layer 6 once
+    # the tasks and their data first (mteb alone): a mistyped name is refused before the encoder stack is imported
     task_objects, plan = resolve_mteb_tasks(s.tasks, s.benchmark, s.data_root)
     if not task_objects:  # a benchmark none of whose tasks has local data here
         raise MtebError(
@@ -172,6 +167,15 @@ def _run_mteb(model, s: MtebSettings, out_dir: Path, store_dir: Path, encoder_op
     if plan is not None:
         log.info("%s", plan.report())
     check_local_data(task_objects, s.data_root)
+    from .encoders import FrozenEncoder
+
+    if isinstance(model, FrozenEncoder):
+        encoder = model
+    else:
+        encoder = FrozenEncoder.load(model, own_length=True, **encoder_options)
+    # recorded as the probe runner records it: "user", or where the model's own pooling came from
+    (pooling,), pooling_source = encoder.poolings_and_source([s.pooling] if s.pooling else None)
+    layer_indices = list(dict.fromkeys(encoder.layer_indices(s.layers)))  # '6,-1' on a 6-layer model: layer 6 once
     cache = FeatureCache(s.cache_dir) if s.cache_dir else None
     from .mteb_encoder import LayerFeatures, make_mteb_encoder  # imports mteb: after configure_offline
 

@@ -28,9 +28,10 @@ from .sweep_config import LIMIT_SEEDS, LIMIT_STEPS, ObjectiveSpec, SweepConfig
 log = logging.getLogger("crossbert.sweep")
 
 
-def _capped(value: int | None, cap: int | None) -> int | None:
-    """`value` (None: no cap) under `cap` (None: none)."""
-    return value if cap is None else min(value or cap, cap)
+def split_caps(max_probe_train: int | None, limit: int | None) -> tuple[int | None, int | None]:
+    """(max_train, max_eval) of a sweep's probes: its max_probe_train, and a limited sweep's limit capping both."""
+    max_train = max_probe_train if limit is None else min(max_probe_train or limit, limit)
+    return max_train, limit
 
 
 @dataclass
@@ -153,24 +154,26 @@ def completion_signature(cfg: SweepConfig, run: RunSpec) -> str:
 def evaluation_plan(cfg: SweepConfig, folder: SweepDir, final: bool) -> EvaluationPlan:
     """What a checkpoint of the sweep is evaluated on: every layer the config asks of a final checkpoint, intermediate_layers
     of the earlier ones. The config's keys become the settings' fields here, once (probe_layers -> layers, a LayerSpec since the config was loaded;
-    max_probe_train -> max_train, capped by a limited sweep's limit; the sweep's features folder -> cache_dir)."""
+    max_probe_train -> max_train, capped by a limited sweep's limit, which also caps the probes' and the geometry's
+    evaluation splits (max_eval); the sweep's features folder -> cache_dir)."""
     from .geometry_runner import GeometrySettings
     from .mteb_runner import MtebSettings
     from .probe_runner import ProbeSettings
 
     stores = {"results_dir": str(folder.results), "cache_dir": str(folder.features), "data_root": cfg.data_root}
     layers = cfg.probe_layers if final else cfg.intermediate_layers
+    max_train, max_eval = split_caps(cfg.max_probe_train, cfg.limit)
     probe = ProbeSettings(
         tasks=cfg.probe_tasks,
         probes=cfg.probes,
         layers=layers,
         poolings=cfg.poolings,
         feature_transforms=cfg.feature_transforms,
-        max_train=_capped(cfg.max_probe_train, cfg.limit),
-        max_eval=cfg.limit,
+        max_train=max_train,
+        max_eval=max_eval,
         **stores,
     )
-    geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, **stores)
+    geometry = GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, poolings=cfg.poolings, max_eval=max_eval, **stores)
     mteb = MtebSettings(
         tasks=cfg.mteb_tasks,
         layers=cfg.mteb_layers if final else layers,

@@ -109,6 +109,8 @@ class ZooConfig:
     probes: Annotated[list[str], SomeOf(*PROBES)] = field(default_factory=lambda: ["linear", "knn"])
     probe_layers: Annotated[LayerSpec, LAYERS] = LayerSpec.ALL  # all | last | N | N,M,... (crossbert_eval.layer_spec)
     max_probe_train: Annotated[int | None, POSITIVE_INT] = None  # seeded subsample of each probe's train split
+    # seeded subsample of each evaluation split, the same texts for probes, geometry and baselines (mteb tasks run whole)
+    max_probe_eval: Annotated[int | None, POSITIVE_INT] = None
     # features of the cosine and kNN probes: raw, centred, whitened (crossbert_eval.probes.FEATURE_TRANSFORMS)
     feature_transforms: Annotated[list[str], SomeOf(*FEATURE_TRANSFORM_NAMES)] = field(default_factory=lambda: ["raw"])
     geometry_tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])
@@ -262,7 +264,8 @@ def preflight(cfg: ZooConfig) -> None:
 
 def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
     """The zoo's tasks, at each model's own pooling (entry_plan puts an entry's in). The config's keys become the
-    settings' fields here, once (probe_layers -> layers, a LayerSpec since the config was loaded; max_probe_train -> max_train; features_dir -> cache_dir)."""
+    settings' fields here, once (probe_layers -> layers, a LayerSpec since the config was loaded; max_probe_train -> max_train;
+    max_probe_eval -> max_eval, of the probes and the geometry alike; features_dir -> cache_dir)."""
     from .geometry_runner import GeometrySettings
     from .mteb_runner import MtebSettings
     from .probe_runner import ProbeSettings
@@ -277,9 +280,10 @@ def evaluation_plan(cfg: ZooConfig, folder: ZooDir) -> EvaluationPlan:
             layers=layers,
             feature_transforms=cfg.feature_transforms,
             max_train=cfg.max_probe_train,
+            max_eval=cfg.max_probe_eval,
             **stores,
         ),
-        geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, **stores),
+        geometry=GeometrySettings(tasks=cfg.geometry_tasks, layers=layers, max_eval=cfg.max_probe_eval, **stores),
         mteb=MtebSettings(tasks=cfg.mteb_tasks, layers=cfg.mteb_layers, out_dir=str(ZooDir(cfg.root).mteb), **stores),
     )
 

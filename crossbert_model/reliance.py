@@ -19,7 +19,8 @@ Measured on the run's shared-protocol validation sequences (crossbert_model.shar
 
 **The encoder rule** (`carries_context`): the encoder carries context when making it order-blind loses
 at least ENCODER_RELIANCE_SHARE of the run's margin below the unigram entropy. A CrossBERT run that fails
-it is not compared, as a run on the plateau is not.
+it is not compared, as a run on the plateau is not; a run whose margin is under the plateau's PLATEAU_MARGIN gets
+no answer (its share is a share of noise).
 
     encoder_reliance_for_checkpoint("runs/x/checkpoints/step_0001955")   # {"reliance_loss": ..., ...}
 """
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .plateau import PLATEAU_MARGIN
 from .shared_loss import protocol_key, protocol_selections, shared_loss_sums
 
 # The encoder rule's threshold. A quarter of the margin: what the system learned beyond token frequencies
@@ -94,12 +96,15 @@ def order_blind_share(loss: float, order_blind: float, unigram_entropy: float) -
 
 def carries_context(loss, order_blind, unigram_entropy) -> bool | None:
     """The encoder rule: True when the order-blind encoder loses at least ENCODER_RELIANCE_SHARE of the margin,
-    None when a number is missing or the margin is not positive."""
+    None when a number is missing or the margin is under the plateau rule's PLATEAU_MARGIN: a share of a margin that
+    small is noise (a run on the plateau has learned nothing for its encoder to carry), so it is no answer."""
     values = [loss, order_blind, unigram_entropy]
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
         return None
-    share = order_blind_share(*map(float, values))
-    return None if math.isnan(share) else share >= ENCODER_RELIANCE_SHARE
+    loss, order_blind, unigram_entropy = map(float, values)
+    if unigram_entropy - loss < PLATEAU_MARGIN:
+        return None
+    return order_blind_share(loss, order_blind, unigram_entropy) >= ENCODER_RELIANCE_SHARE
 
 
 @torch.no_grad()

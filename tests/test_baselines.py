@@ -265,3 +265,25 @@ def test_the_command_refuses_a_plain_folder_without_tasks(tmp_path):
     )
     assert out.returncode == 2 and "--tasks" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize(
+    "layout, config, n_train, n_eval",
+    [
+        ("zoo", {"max_probe_train": 100, "max_probe_eval": 50}, 100, 50),
+        ("sweep", {"max_probe_train": 300, "limit": 40}, 40, 40),  # a limited sweep: its limit caps both splits
+        ("sweep", {"max_probe_train": 100}, 100, 200),
+    ],
+)
+def test_the_command_scores_a_folders_baselines_on_the_splits_its_probes_read(tiny_tasks, layout, config, n_train, n_eval):
+    from crossbert_eval.cli import main
+    from crossbert_eval.folder_layout import SweepDir, ZooDir
+    from crossbert_model.args import dump_yaml
+
+    folder = tiny_tasks / "folder"
+    path = (ZooDir if layout == "zoo" else SweepDir)(folder).config
+    path.parent.mkdir(parents=True)
+    path.write_text(dump_yaml({"probe_tasks": ["TinyMRPC"], **config}))
+    main(["baselines", str(folder)])
+    rows = ResultsStore(EvaluationFolder(folder).baselines).dataframe()
+    assert set(rows["n_train"]) == {n_train} and set(rows["n_eval"]) == {n_eval}

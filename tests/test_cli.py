@@ -722,6 +722,7 @@ def _entry_points() -> dict[str, Callable[[Path], list[str]]]:
         "probe option": lambda t: ["probe", "minilm", "--tasks", "TREC", "--pair-mode", "both", *out(t)],
         "geometry": lambda t: ["geometry", missing(t), "--tasks", "TREC", *out(t)],
         "geometry option": lambda t: ["geometry", "minilm", *out(t)],
+        "geometry sample": lambda t: ["geometry", "minilm", "--tasks", "TREC", "--max-eval", "0", *out(t)],
         "tasks": lambda t: ["tasks", "--data-root", missing(t)],
         "mteb": lambda t: ["mteb", missing(t), "--tasks", "STSBenchmark", "--out", str(t / "m")],
         "mteb option": lambda t: ["mteb", "minilm", "--pooling", "sum", "--out", str(t / "m")],

@@ -1,5 +1,5 @@
 """A CLI that teaches itself: config keys in `train --help`, `--print-config`, "did you mean",
-bare hub ids, `probe --max-train` with intervals in the printed table, `tasks` with its data root, log lines
+bare hub ids, `probe --max-train --max-eval` and `geometry --max-eval` with intervals in the printed table, `tasks` with its data root, log lines
 that leave progress bars whole. Each test names the break it catches."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 from tqdm import tqdm
 
 from crossbert_eval.cli import main
-from crossbert_eval.model_sources import EncoderError, resolve_model
+from crossbert_eval.model_names import EncoderError
+from crossbert_eval.model_sources import resolve_model
 from crossbert_eval.tasks import get_task
 from crossbert_model.args import close_matches, config_keys, to_dict
 from crossbert_model.errors import USER_ERROR_EXIT
@@ -195,35 +196,29 @@ def test_counted_split_sizes_equal_the_read_ones(name):
 # -- probe --max-train and the printed table ---------------------------------------------------------------
 
 
-def test_probe_max_train_caps_the_train_split_records_it_and_prints_intervals(tmp_path, capsys):
-    # catches: --max-train not reaching the probe (all 5,452 TREC sentences encoded), not recorded in the rows,
-    # or a printed table that hides the intervals every row stores
+def test_probe_and_geometry_caps_take_their_splits_samples_record_them_and_print_intervals(tmp_path, capsys):
+    # catches: --max-train / --max-eval not reaching the probe (all 5,452 TREC training sentences, or all 500 test ones,
+    # encoded), not recorded in the rows, geometry drawing another sample than the probe's at the same --seed, or a
+    # printed table that hides the intervals every row stores
     from test_cli import _nano_model
 
-    main(
-        [
-            "probe",
-            _nano_model(tmp_path),
-            "--tasks",
-            "TREC",
-            "--probe",
-            "linear,knn",
-            "--max-train",
-            "40",
-            "--results",
-            str(tmp_path / "r"),
-            "--cache",
-            str(tmp_path / "f"),
-        ]
-    )
+    model, stores = _nano_model(tmp_path), ["--results", str(tmp_path / "r"), "--cache", str(tmp_path / "f")]
+    sample = ["--tasks", "TREC", "--layers", "last", "--max-eval", "50", "--seed", "2"]
+    main(["probe", model, *sample, "--probe", "linear,knn", "--max-train", "40", *stores])
     out = capsys.readouterr().out
     rows = read_jsonl(tmp_path / "r" / "results.jsonl")
-    assert rows and all(r["n_train"] == 40 for r in rows)
-    assert all(r["protocol"]["max_train"] == 40 for r in rows)
+    assert rows and all((r["n_train"], r["n_eval"]) == (40, 50) for r in rows)
+    assert all((r["protocol"]["max_train"], r["protocol"]["max_eval"], r["seed"]) == (40, 50, 2) for r in rows)
     main_rows = [r for r in rows if r["is_main"]]
     for r in main_rows:
         assert f"{100 * r['value']:.2f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]" in out
     assert "95% bootstrap interval" in out
+
+    features = sorted((tmp_path / "f").rglob("*"))
+    main(["geometry", model, *sample, *stores])
+    geometry = [r for r in read_jsonl(tmp_path / "r" / "results.jsonl") if r["probe"] == "geometry"]
+    assert geometry and all(r["n_eval"] == 50 and r["protocol"]["max_eval"] == 50 for r in geometry)
+    assert sorted((tmp_path / "f").rglob("*")) == features  # the probe's sample, read from its cache: nothing encoded
 
 
 # -- logging and progress bars ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from crossbert_eval.encoders import FrozenEncoder
-from crossbert_eval.model_sources import EncoderError, read_sentence_transformers_layout, resolve_model
+from crossbert_eval.model_names import EncoderError
+from crossbert_eval.model_sources import read_sentence_transformers_layout, resolve_model
 from crossbert_eval.layer_spec import LayerSpec
 from crossbert_model.checkpoint import CheckpointError
 from crossbert_model.data.tokenizer import minilm_path

@@ -196,6 +196,27 @@ def test_geometry_of_a_pair_task_reads_the_cosine_probes_features(tmp_path):
     assert df["protocol"].iloc[0]["texts"].startswith("first and second sentences")
 
 
+def test_geometry_of_a_capped_split_measures_the_probes_sample_at_their_seed(tmp_path):
+    from crossbert_eval.encoders import FrozenEncoder
+    from crossbert_eval.geometry_runner import GeometryRunner, GeometrySettings
+    from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings
+    from crossbert_eval.tasks import get_task
+
+    encoder = FrozenEncoder.load("minilm", dtype="fp32")
+    dirs = {"results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "features")}
+    sample = {"tasks": ["BIOSSES"], "layers": LayerSpec.LAST, "max_eval": 30, "seed": 3}
+    ProbeRunner(encoder, ProbeSettings(probes=["cosine"], **sample, **dirs)).run([get_task("BIOSSES")])
+    same = GeometryRunner(encoder, GeometrySettings(**sample, **dirs))
+    df = same.run([get_task("BIOSSES")])
+    assert same.cache.misses == 0 and (df["n_eval"] == 2 * 30).all()  # the probe's 30 pairs, read from its cache
+    assert {"max_eval": 30, "sample_seed": 3}.items() <= df["protocol"].iloc[0].items()
+
+    other = GeometryRunner(encoder, GeometrySettings(**{**sample, "seed": 4}, **dirs))
+    rows = other.run([get_task("BIOSSES")])
+    assert other.cache.misses == 2 and len(rows) == len(G.METRICS)  # another sample: its own texts, its own units
+    assert not set(rows["unit"]) & set(df["unit"])
+
+
 def test_geometry_options_are_checked_before_a_model_loads():
     from crossbert_eval.geometry_runner import GeometrySettings
     from crossbert_model.errors import CrossbertError

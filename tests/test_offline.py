@@ -80,7 +80,7 @@ def test_a_library_caller_that_set_nothing_is_offline_too(tmp_path, fake_hub):
     endpoint, seen = fake_hub
     code = (
         "from crossbert_eval.encoders import FrozenEncoder\n"
-        "from crossbert_eval.model_sources import EncoderError\n"
+        "from crossbert_eval.model_names import EncoderError\n"
         "try:\n    FrozenEncoder.load('bert-base-uncased')\n"
         "except EncoderError as e:\n    print(e)\n"
     )

@@ -9,7 +9,7 @@ import pytest
 from crossbert_eval import probes as P
 from crossbert_eval.encoders import FrozenEncoder, pool
 from crossbert_eval.feature_cache import FeatureCache
-from crossbert_eval.model_sources import EncoderError
+from crossbert_eval.model_names import EncoderError
 from crossbert_eval.layer_spec import LayerSpec
 from crossbert_eval.metrics import score
 from crossbert_eval.probe_runner import ProbeRunner, ProbeSettings

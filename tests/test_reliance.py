@@ -10,6 +10,7 @@ import torch
 import crossbert_model as cm
 from crossbert_model.config import check_model_values
 from crossbert_model.masking import RowRandom, crossbert_views, pack_positions
+from crossbert_model.plateau import PLATEAU_MARGIN
 from crossbert_model.reliance import (
     ENCODER_RELIANCE_SHARE,
     adjacent_swaps,
@@ -111,13 +112,16 @@ def test_the_encoder_route_without_absolute_positions_is_refused_in_one_line_nam
         check_model_values(0.5, 0.8, 0.1, "gelu", "layernorm", predictor_positions="queries")
 
 
-def test_the_encoder_rule_passes_from_a_quarter_of_the_margin_lost():
+def test_the_encoder_rule_passes_from_a_quarter_of_the_margin_lost_and_answers_only_off_the_plateau():
     # unigram entropy 7.0, loss 5.0: a margin of 2 nats; the order-blind encoder loses 0.5 of them = exactly a quarter
     assert ENCODER_RELIANCE_SHARE == 0.25
     assert order_blind_share(5.0, 5.5, 7.0) == pytest.approx(0.25)
     assert carries_context(5.0, 5.5, 7.0) is True
     assert carries_context(5.0, 5.49, 7.0) is False
     assert carries_context(7.2, 7.3, 7.0) is None  # above the entropy: nothing to lose, no answer
+    # on the plateau (a margin under PLATEAU_MARGIN): a share of noise, no answer either way
+    assert carries_context(6.7, 7.5, 7.0) is None and carries_context(6.97, 6.971, 7.0) is None
+    assert carries_context(7.0 - PLATEAU_MARGIN, 7.0, 7.0) is True  # from the plateau's margin on, the rule answers
     assert carries_context(5.0, math.nan, 7.0) is None and carries_context(5.0, None, 7.0) is None
 
 

@@ -671,6 +671,32 @@ def test_a_comparison_with_a_crossbert_whose_encoder_does_not_carry_context_give
     assert summary["comparisons"]["crossbert - mlm"]["withheld"] == {"off_plateau": 0, "encoder_carries_context": 1}
 
 
+def test_the_encoder_rule_gives_no_answer_for_a_run_on_the_plateau():
+    """A run 0.1 nats below its unigram entropy whose order-blind encoder loses all of it (a share of 1.0, of noise)
+    and one 2 nats below that loses a tenth: unknown, then no."""
+    runs = [("crossbert-nano-s0", 6.9, 7.0), ("crossbert-nano-s1", 5.0, 5.2)]
+    checkpoints = pd.DataFrame(
+        [
+            {
+                "run": run,
+                "objective": "crossbert",
+                "size": "nano",
+                "seed": i,
+                "step": 10,
+                "params_non_embedding": 1,
+                "reliance_loss": loss,
+                "reliance_loss_order_blind": blind,
+                "reliance_loss_bypassed": 7.0,
+                "reliance_unigram_entropy": 7.0,
+            }
+            for i, (run, loss, blind) in enumerate(runs)
+        ]
+    )
+    table = tables.encoder_reliance_table(checkpoints).set_index("run")
+    assert table["order_blind_share"].to_list() == pytest.approx([1.0, 0.1])
+    assert table["encoder_carries_context"].to_dict() == {"crossbert-nano-s0": "unknown", "crossbert-nano-s1": "no"}
+
+
 def test_a_comparison_row_reads_in_its_label_s_order_on_the_page_and_in_the_csv(tmp_path):
     cells = {
         ("mlm", "SST-2", 2): [0.60, 0.61, 0.62],

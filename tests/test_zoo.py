@@ -9,6 +9,7 @@ import pytest
 
 from crossbert_eval.cli import main
 from crossbert_eval.layer_spec import LayerSpec
+from crossbert_eval.report.loading import load_baselines, read_result_rows
 from crossbert_eval.encoders import FrozenEncoder
 from crossbert_eval.zoo import ZooConfig, ZooModel, check_zoo_config, count_parameters, run_zoo
 from crossbert_model.args import dump_yaml, load_config
@@ -64,6 +65,7 @@ def zoo_config(tmp_path: Path, our_runs: dict, name: str, features: Path, **fiel
         probe_tasks=["SST-2"],
         probes=["linear", "knn"],
         max_probe_train=300,
+        max_probe_eval=200,  # of SST-2's 872 validation sentences: probes, geometry and baselines read the same 200
         geometry_tasks=["SST-2"],
         mteb_tasks=["BIOSSES"],
         mteb_layers=LayerSpec.LAST,  # 100 pairs: the smallest local mteb task
@@ -127,6 +129,11 @@ def test_an_offline_zoo_of_minilm_a_hub_id_and_our_checkpoints_reaches_the_repor
     assert set(scores["probe"]) == {"linear", "knn", "mteb"}
     assert set(pd.read_csv(root / "tables" / "geometry.csv")["model"]) == set(models.index)
     assert rows.loc["nano-mlm", "step"] == rows.loc["nano-mlm", "total_steps"] == 8 and rows.loc["nano-mlm", "corpus_tokens"] > 0
+    # one seeded sample of SST-2's validation split (max_probe_eval): probes, geometry and baselines scored the same 200
+    measured = pd.DataFrame(read_result_rows(root))
+    sst2_rows = measured[measured["task"] == "SST-2"]
+    assert set(sst2_rows["probe"]) == {"linear", "knn", "geometry"} and set(sst2_rows["n_eval"]) == {200}
+    assert set(load_baselines(root).query("task == 'SST-2'")["n_eval"]) == {200}
     best = pd.read_csv(root / "tables" / "last_vs_best.csv")
     assert set(best["model"]) == set(models.index) and (best["last_minus_best"] <= 1e-9).all()
     sst2 = scores[

@@ -339,7 +339,8 @@ def _reliance_section(reliance: pd.DataFrame, layers: pd.DataFrame) -> list[str]
         "order-blind (its positions removed; a predictor keeps its own) and with its blocks bypassed "
         "(crossbert_model/reliance.py). The encoder rule: the encoder carries context when the order-blind encoder loses "
         f"at least {ENCODER_RELIANCE_SHARE:g} of the run's margin below the unigram entropy (`order_blind_share`); a "
-        "comparison that involves a run failing it gives no verdict below, as for the plateau.",
+        "comparison that involves a run failing it gives no verdict below, as for the plateau. A run whose margin is "
+        f"under the plateau's {PLATEAU_MARGIN:g} nats gets no answer (`unknown`): a share of a margin that small is noise.",
         "",
         markdown_table(reliance, floatfmt="{:.3f}"),
         "",
