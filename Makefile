@@ -101,10 +101,10 @@ reference:
 
 # The test suite CI runs: ruff (lint and format), then everything but the `slow` tier on TEST_WORKERS processes, one
 # test file per process at a time (pytest-xdist --dist loadfile: a file's fixtures are built once), the longest files
-# first (tests/conftest.py), each process with its share of the cores. Measured on the idle 2-core EPYC without native
-# bf16, 2026-12-07: 1,011 tests in 426 s and 459 s by pytest on two processes (two runs; 1,008 tests: 439 s, 815 s of summed test time; 525 s before the
-# offline refusals moved ahead of torch, the two-process tests shared one launch and the processes stopped
-# oversubscribing the cores; the suite of 2026-12-05, 698 tests, took 416 s on one process on this machine).
+# first (tests/conftest.py), each process with its share of the cores. Measured on the 2-core EPYC without native bf16,
+# 2026-12-07, against the suite before the redesign (6a9460d: 698 tests, one process) in turn on the same machine, two
+# pairs: 1,018 tests in 495 s and 434 s by pytest against 648 s and 550 s (wall ratio 0.78 median). Idle, earlier
+# that day: 426 s and 459 s (1,011 tests); the old suite took 416 s once, idle, on 2026-12-05.
 # `make test-all` adds the slow tier: killed sweeps resumed end to end, the GPU sweep rehearsed on a CPU, MiniLM
 # reproducing its published MTEB scores on every exact local task (about 7 more minutes).
 TEST_WORKERS ?= 2
