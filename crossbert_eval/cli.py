@@ -444,12 +444,12 @@ def folder_probe_config(folder) -> dict:
 
 def folder_split_caps(config: dict) -> tuple[int | None, int | None]:
     """(max_train, max_eval): the seeded caps of the splits a sweep or zoo folder's probes read (its config, as
-    folder_probe_config reads it), so that its baselines score the same examples."""
+    folder_probe_config reads it), so that its baselines score the same examples: max_probe_train, a limited sweep's
+    limit capping both (sweep_plan.split_caps), a zoo's max_probe_eval."""
     from crossbert_eval.sweep_plan import split_caps
 
-    if "max_probe_eval" in config:  # a zoo's
-        return config.get("max_probe_train"), config["max_probe_eval"]
-    return split_caps(config.get("max_probe_train"), config.get("limit"))
+    max_train, max_eval = split_caps(config.get("max_probe_train"), config.get("limit"))
+    return max_train, config.get("max_probe_eval", max_eval)
 
 
 def _tasks(args: argparse.Namespace) -> None:

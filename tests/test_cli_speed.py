@@ -69,3 +69,19 @@ def test_a_mistyped_name_is_refused_before_any_heavy_library_is_imported():
             "    assert any(words in said for words in ('did you mean', 'no such folder', 'not in the local')), said"
         )
         assert _heavy_modules_after(code) == [], argv
+
+
+def test_a_task_only_mteb_can_judge_is_refused_before_the_model_is_loaded(tmp_path):
+    # catches: `crossbert mteb` loading the encoder (the model classes, transformers' modelling code) before asking
+    # mteb whether the task exists (14.9 s -> 5.7 s for a mistyped name, idle 2-core machine)
+    code = (
+        "import contextlib, io\nfrom crossbert_eval.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n    try:\n"
+        f"        main(['mteb', 'minilm', '--tasks', 'STS99', '--out', {str(tmp_path / 'm')!r}])\n"
+        "    except SystemExit as e:\n        assert e.code == 2, err.getvalue()\n"
+        "    assert 'STS99' in err.getvalue(), err.getvalue()\n"
+        "import sys\nloaded = [m for m in ('crossbert_eval.encoders', 'crossbert_model.model', 'transformers.modeling_utils') "
+        "if m in sys.modules]\nassert not loaded, loaded"
+    )
+    assert "mteb" in _heavy_modules_after(code)  # mteb alone judged the name
+    assert not (tmp_path / "m").exists()

@@ -38,7 +38,8 @@ class Split:
 
     def subsample(self, n: int | None, seed: int) -> "Split":
         """A seeded sample of n examples in their original order (the whole split when n is None or not smaller): the
-        cap of a probe's training split (max_train), drawn the same way wherever a training split is capped."""
+        cap of a probe's training split (max_train) and of an evaluation split (max_eval: probes, geometry and baselines
+        draw it at one seed, so they score the same texts), drawn the same way wherever a split is capped."""
         if not n or len(self) <= n:
             return self
         idx = np.sort(np.random.default_rng(seed).choice(len(self), n, replace=False))
